@@ -1,0 +1,12 @@
+"""GELU feed-forward (Hendrycks & Gimpel 2016)."""
+
+import torch.nn.functional as F
+
+from xformer_bench.activation import FeedForward
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.registry import ACTIVATION
+
+
+@ACTIVATION.register("gelu")
+def build(dims: ModelDims) -> FeedForward:
+    return FeedForward(dims, F.gelu)

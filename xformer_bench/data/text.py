@@ -1,0 +1,24 @@
+"""Any local file as a byte-level corpus, memory-mapped and split by position."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from xformer_bench.data.byte_windows import ByteLMDataModule, split_by_fraction
+from xformer_bench.errors import ConfigError, MissingDataError
+from xformer_bench.registry import DATA
+
+
+@DATA.register("text")
+def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, path: str | None = None,
+          splits: tuple[float, float, float] = (0.9, 0.05, 0.05), **loader) -> ByteLMDataModule:
+    if not path:
+        raise ConfigError("data=text needs a file: add data.path=/path/to/corpus.txt")
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise MissingDataError(f"data.path={path}: no such file ({file.resolve()})")
+    corpus = np.memmap(file, dtype=np.uint8, mode="r")
+    return ByteLMDataModule(split_by_fraction(corpus, tuple(splits)), seq_len, batch_size,
+                            seed, **loader)

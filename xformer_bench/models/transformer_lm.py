@@ -1,0 +1,71 @@
+"""Decoder-only Transformer language model assembled from registered components."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from xformer_bench.models.attention_layer import MultiHeadAttention
+from xformer_bench.models.block import Block
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.registry import ACTIVATION, ATTENTION, NORM, POSITION
+
+
+class TransformerLM(nn.Module):
+    def __init__(
+        self,
+        dims: ModelDims,
+        attention: Mapping[str, Any],
+        norm: Mapping[str, Any],
+        activation: Mapping[str, Any],
+        position: Mapping[str, Any],
+        norm_placement: str = "pre",
+        tie_embeddings: bool = True,
+    ):
+        super().__init__()
+        self.dims = dims
+        make_norm = lambda: NORM.build(norm, dim=dims.d_model)  # noqa: E731
+        self.embedding = nn.Embedding(dims.vocab_size, dims.d_model)
+        self.position = POSITION.build(position, dims=dims)
+        self.dropout = nn.Dropout(dims.dropout)
+        self.blocks = nn.ModuleList(
+            Block(
+                MultiHeadAttention(dims, ATTENTION.build(attention, dims=dims)),
+                ACTIVATION.build(activation, dims=dims),
+                make_norm,
+                placement=norm_placement,
+                dropout=dims.dropout,
+            )
+            for _ in range(dims.n_layers)
+        )
+        # Pre-LN leaves the residual stream unnormalised: it needs a final norm.
+        self.final_norm = make_norm() if norm_placement == "pre" else nn.Identity()
+        self.head = nn.Linear(dims.d_model, dims.vocab_size, bias=False)
+        self._init_weights()
+        if tie_embeddings:
+            self.head.weight = self.embedding.weight
+
+    def _init_weights(self) -> None:
+        """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 L)."""
+        residual_std = 0.02 / math.sqrt(2 * self.dims.n_layers)
+        for name, p in self.named_parameters():
+            if name.startswith("position."):
+                continue
+            if p.dim() >= 2:
+                std = residual_std if name.endswith(("out.weight", "down.weight")) else 0.02
+                nn.init.normal_(p, std=std)
+            elif name.endswith(".bias") and "norm" not in name:
+                nn.init.zeros_(p)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
+        x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
+        for block in self.blocks:
+            x = block(x, self.position)
+        return self.head(self.final_norm(x))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,1 @@
+"""Normalisation layers.  Builders take ``dim`` plus the keys of their YAML."""

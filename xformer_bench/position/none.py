@@ -1,0 +1,10 @@
+"""No position information (causal attention alone can infer order; Haviv et al. 2022)."""
+
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.position import Position
+from xformer_bench.registry import POSITION
+
+
+@POSITION.register("none")
+def build(dims: ModelDims) -> Position:
+    return Position()

@@ -1,0 +1,70 @@
+"""Name -> builder registries, one per configurable component family.
+
+A variant is one module in its family's package that decorates its builder with
+``@REGISTRY.register("name")``; the YAML under ``conf/<group>/name.yaml`` carries
+``name: <name>`` plus the builder's keyword arguments.  Importing a family package
+imports every module in it, so adding a variant never touches shared code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+class UnknownVariantError(ValueError):
+    """Raised for a name that no module registered."""
+
+
+class Registry:
+    def __init__(self, group: str, package: str):
+        self.group = group
+        self.package = package
+        self._builders: dict[str, Callable[..., Any]] = {}
+        self._loaded = False
+
+    def register(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def decorate(builder: Callable[..., Any]) -> Callable[..., Any]:
+            if name in self._builders and self._builders[name] is not builder:
+                raise ValueError(f"{self.group} '{name}' is registered twice")
+            self._builders[name] = builder
+            return builder
+
+        return decorate
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        package = importlib.import_module(self.package)
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{module.name}")
+        self._loaded = True
+
+    def names(self) -> list[str]:
+        self._load()
+        return sorted(self._builders)
+
+    def get(self, name: str) -> Callable[..., Any]:
+        self._load()
+        if name not in self._builders:
+            raise UnknownVariantError(
+                f"unknown {self.group} '{name}'; choose one of: {', '.join(self.names())}"
+            )
+        return self._builders[name]
+
+    def build(self, spec: Mapping[str, Any], **context: Any) -> Any:
+        """Build from a config node ``{name: ..., **kwargs}`` plus call-site context."""
+        kwargs = {k: v for k, v in dict(spec).items() if k != "name"}
+        return self.get(spec["name"])(**kwargs, **context)
+
+
+ATTENTION = Registry("attention", "xformer_bench.attention")
+NORM = Registry("norm", "xformer_bench.norm")
+ACTIVATION = Registry("activation", "xformer_bench.activation")
+POSITION = Registry("position", "xformer_bench.position")
+DATA = Registry("data", "xformer_bench.data")
+
+REGISTRIES = {r.group: r for r in (ATTENTION, NORM, ACTIVATION, POSITION, DATA)}

@@ -1,0 +1,1 @@
+"""Run records (one JSON per run) and what is made from them."""

@@ -1,0 +1,139 @@
+"""One run: compose the pieces, train, evaluate, and write the run record -- whatever happens."""
+
+from __future__ import annotations
+
+import resource
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xformer_bench.errors import DivergedError, XbenchError
+from xformer_bench.results import record as records
+
+
+def _peak_memory() -> tuple[float, str]:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_max_rss"
+
+
+def _build_datamodule(config: dict[str, Any]):
+    from xformer_bench.registry import DATA
+
+    return DATA.build(config["data"], seed=config["seed"], data_dir=config["paths"]["data_dir"])
+
+
+def _build_task(config: dict[str, Any], datamodule):
+    from xformer_bench.models.dims import ModelDims
+    from xformer_bench.models.transformer_lm import TransformerLM
+    from xformer_bench.tasks.lm import LanguageModelTask
+
+    m = config["model"]
+    dims = ModelDims(d_model=m["d_model"], n_heads=m["n_heads"], n_layers=m["n_layers"],
+                     d_ff=m["d_ff"], seq_len=config["data"]["seq_len"],
+                     vocab_size=datamodule.vocab_size, dropout=m["dropout"])
+    model = TransformerLM(dims, config["attention"], config["norm"], config["activation"],
+                          config["position"], norm_placement=m["norm_placement"],
+                          tie_embeddings=m["tie_embeddings"])
+    return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"])
+
+
+def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> None:
+    import lightning as L
+
+    from xformer_bench.models.flops import training_step_flops
+    from xformer_bench.training.throughput import Throughput
+    from xformer_bench.training.trainer import build_trainer
+    from xformer_bench.training.validation_history import ValidationHistory
+
+    L.seed_everything(config["seed"], workers=True, verbose=False)
+    datamodule = _build_datamodule(config)
+    task = _build_task(config, datamodule)
+    seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
+    sample = torch.zeros(1, seq_len, dtype=torch.long)
+    record["params"] = task.model.num_parameters()
+    record["flops_per_step"] = training_step_flops(
+        lambda x: task.model(x).float().logsumexp(-1).mean(), sample, batch_size
+    ) * config["trainer"]["accumulate_grad_batches"]
+    task.zero_grad(set_to_none=True)
+    # The counted step ran dropout: re-seed so training starts from the same random state.
+    L.seed_everything(config["seed"], workers=True, verbose=False)
+
+    tokens_per_step = seq_len * batch_size * config["trainer"]["accumulate_grad_batches"]
+    throughput, history = Throughput(tokens_per_step), ValidationHistory()
+    trainer = build_trainer(config["trainer"], config["logger"], [throughput, history], run_dir)
+    try:
+        trainer.fit(task, datamodule=datamodule)
+        test = trainer.test(task, datamodule=datamodule, verbose=False)
+        record["test"] = test[0] if test else None
+    finally:
+        max_steps = config["trainer"]["max_steps"]
+        record.update(
+            steps=trainer.global_step,
+            steps_per_sec=throughput.steps_per_sec,
+            tokens_per_sec=throughput.tokens_per_sec,
+            early=history.at_fraction(1 / 8, max_steps),
+            final=history.points[-1] if history.points else None,
+            history=history.points,
+            eval_bytes=dict(task.evaluated_bytes),
+        )
+
+
+def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str],
+            run_dir: Path) -> dict[str, Any]:
+    """Train and evaluate one configuration; the record is written even if training fails.
+
+    Errors in the set-up (unknown variant, missing data) propagate before any record exists;
+    a run that diverges, raises or is interrupted is recorded with that status, then re-raised.
+    """
+    run_id = records.run_identity(config, choices)
+    record: dict[str, Any] = {
+        "schema": records.SCHEMA_VERSION, "run_id": run_id,
+        "experiment": config["experiment_name"], "status": "failed", "error": None,
+        "choices": {g: choices.get(g) for g in records.CHOICE_GROUPS},
+        "overrides": list(overrides), "seed": config["seed"],
+        "git_commit": records.git_commit(), "params": None, "flops_per_step": None,
+        "steps_per_sec": None, "tokens_per_sec": None, "peak_memory_mb": None,
+        "peak_memory_kind": None, "early": None, "final": None, "test": None,
+        "eval_bytes": {}, "steps": 0, "wall_time_sec": None, "config": config,
+        "run_dir": str(run_dir),
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    started = time.perf_counter()
+    try:
+        _train(config, record, run_dir)
+        record["status"] = "finished"
+    except DivergedError as error:
+        record.update(status="diverged", error=str(error))
+        raise
+    except XbenchError:
+        raise  # a set-up error: nothing ran, nothing to record
+    except (KeyboardInterrupt, SystemExit) as error:
+        record.update(status="interrupted", error=type(error).__name__)
+        raise
+    except Exception as error:
+        record.update(status="failed", error=f"{type(error).__name__}: {error}")
+        raise
+    finally:
+        if record["params"] is not None:  # the model was built: training started
+            record["wall_time_sec"] = time.perf_counter() - started
+            record["peak_memory_mb"], record["peak_memory_kind"] = _peak_memory()
+            record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            record["record_path"] = str(write_record(record, config))
+    return record
+
+
+def write_record(record: dict[str, Any], config: dict[str, Any]) -> Path:
+    """Rank zero writes the record to the run directory and to results/<experiment>/."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    results_path = (Path(config["paths"]["results_dir"]) / record["experiment"]
+                    / f"{record['run_id']}.json")
+    if rank_zero_only.rank == 0:
+        records.validate(record)
+        records.write_json_atomic(Path(record["run_dir"]) / "record.json", record)
+        records.write_json_atomic(results_path, record)
+    return results_path

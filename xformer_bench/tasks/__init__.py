@@ -1,0 +1,1 @@
+"""LightningModules, one per task; a datamodule's ``task`` attribute names its module."""

@@ -1,0 +1,94 @@
+"""Autoregressive byte-level language modelling.
+
+Loss is the mean next-byte cross-entropy in nats; bits per byte (bpb) is that mean over the
+evaluated bytes divided by ln 2.  Validation and test accumulate the summed nats and the byte
+count over the whole split (across ranks) before dividing, so padding never dilutes them.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics import SumMetric
+
+from xformer_bench.data.byte_windows import IGNORE_INDEX
+from xformer_bench.errors import DivergedError
+from xformer_bench.tasks.schedule import lr_factor
+
+LN2 = math.log(2.0)
+
+
+def bits_per_byte(nats_sum: torch.Tensor, n_bytes: torch.Tensor) -> torch.Tensor:
+    return nats_sum / n_bytes / LN2
+
+
+class LanguageModelTask(L.LightningModule):
+    def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int):
+        super().__init__()
+        self.model = model
+        self.optim = dict(optim)
+        self.max_steps = max_steps
+        self.eval_nats = SumMetric()
+        self.eval_bytes = SumMetric()
+        self.evaluated_bytes: dict[str, int] = {}
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, 256)
+        return self.model(tokens)
+
+    def _nats(self, batch, reduction: str) -> torch.Tensor:
+        inputs, targets = batch  # (B, T) each
+        logits = self.model(inputs)  # (B, T, V)
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                               ignore_index=IGNORE_INDEX, reduction=reduction)
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        loss = self._nats(batch, "mean")
+        if not torch.isfinite(loss):
+            raise DivergedError(f"training loss is {loss.item()} at step {self.global_step}; "
+                                "lower optim.lr or raise optim.warmup_steps")
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/bpb", loss / LN2, prog_bar=True)
+        return loss
+
+    def _eval_step(self, batch) -> None:
+        self.eval_nats.update(self._nats(batch, "sum"))
+        self.eval_bytes.update((batch[1] != IGNORE_INDEX).sum())
+
+    def _eval_end(self, split: str) -> None:
+        nats, n = self.eval_nats.compute(), self.eval_bytes.compute()
+        self.eval_nats.reset()
+        self.eval_bytes.reset()
+        self.evaluated_bytes[split] = int(n)
+        self.log(f"{split}/loss", nats / n, prog_bar=split == "val", sync_dist=False)
+        self.log(f"{split}/bpb", bits_per_byte(nats, n), prog_bar=split == "val", sync_dist=False)
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_end("val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_end("test")
+
+    def configure_optimizers(self):
+        """AdamW; weight decay only on matrices (not biases, norms' gains or embeddings' rows
+        shared with 1-D parameters)."""
+        o = self.optim
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+        factor = partial(lr_factor, warmup_steps=o["warmup_steps"], total_steps=self.max_steps,
+                         decay=o["decay"], min_lr_ratio=o["min_lr_ratio"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

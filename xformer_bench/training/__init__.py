@@ -1,0 +1,1 @@
+"""Lightning plumbing shared by every task: trainer, callbacks, timing."""

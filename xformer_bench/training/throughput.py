@@ -1,0 +1,52 @@
+"""Training throughput: optimizer steps per second and tokens per second.
+
+Only training time counts: the intervals that contain a validation are left out, and so is
+the first step (graph warm-up, allocator growth).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import lightning as L
+
+
+class Throughput(L.Callback):
+    def __init__(self, tokens_per_step: int, window: int = 20):
+        self.tokens_per_step = tokens_per_step
+        self.recent: deque[float] = deque(maxlen=window)
+        self.train_seconds = 0.0
+        self.timed_steps = 0
+        self._last: float | None = None
+        self._warm = False
+
+    @property
+    def steps_per_sec(self) -> float:
+        return self.timed_steps / self.train_seconds if self.train_seconds else float("nan")
+
+    @property
+    def tokens_per_sec(self) -> float:
+        return self.steps_per_sec * self.tokens_per_step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._last is None:
+            self._last = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return
+        now = time.perf_counter()
+        elapsed, self._last = now - self._last, now
+        if not self._warm:
+            self._warm = True
+            return
+        self.recent.append(elapsed)
+        self.train_seconds += elapsed
+        self.timed_steps += 1
+        rate = len(self.recent) / sum(self.recent)
+        pl_module.log("train/steps_per_sec", rate, prog_bar=True)
+        pl_module.log("train/tokens_per_sec", rate * self.tokens_per_step)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._last = None  # restart the clock at the next training batch

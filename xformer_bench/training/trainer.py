@@ -1,0 +1,43 @@
+"""The lightning.Trainer for a run, from the ``trainer`` config group."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import lightning as L
+
+from xformer_bench.training.loggers import build_loggers
+
+
+def validation_interval(max_steps: int, val_checks: int) -> int:
+    """Optimizer steps between validations: ``val_checks`` evenly spaced, the last at the end."""
+    return max(1, math.ceil(max_steps / max(val_checks, 1)))
+
+
+def build_trainer(trainer: dict, logger: dict, callbacks: list[L.Callback], run_dir: Path) -> L.Trainer:
+    t = dict(trainer)
+    accumulate = t["accumulate_grad_batches"]
+    return L.Trainer(
+        accelerator=t["accelerator"],
+        devices=t["devices"],
+        num_nodes=t["num_nodes"],
+        strategy=t["strategy"],
+        precision=t["precision"],
+        max_steps=t["max_steps"],
+        accumulate_grad_batches=accumulate,
+        gradient_clip_val=t["gradient_clip_val"] or None,
+        val_check_interval=validation_interval(t["max_steps"], t["val_checks"]) * accumulate,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t["limit_val_batches"],
+        num_sanity_val_steps=0,
+        log_every_n_steps=t["log_every_n_steps"],
+        enable_checkpointing=t["checkpoint"],
+        enable_progress_bar=t["progress_bar"],
+        enable_model_summary=False,
+        use_distributed_sampler=False,  # the datamodule shards by rank itself
+        deterministic=t["deterministic"],
+        logger=build_loggers(logger, run_dir),
+        callbacks=callbacks,
+        default_root_dir=str(run_dir),
+    )
