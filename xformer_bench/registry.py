@@ -56,8 +56,9 @@ class Registry:
         return self._builders[name]
 
     def build(self, spec: Mapping[str, Any], **context: Any) -> Any:
-        """Build from a config node ``{name: ..., **kwargs}`` plus call-site context."""
-        kwargs = {k: v for k, v in dict(spec).items() if k != "name"}
+        """Build from a config node ``{name, label, **kwargs}`` plus call-site context
+        (``label`` is the human name used in tables)."""
+        kwargs = {k: v for k, v in dict(spec).items() if k not in ("name", "label")}
         return self.get(spec["name"])(**kwargs, **context)
 
 

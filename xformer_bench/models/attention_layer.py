@@ -10,8 +10,9 @@ from xformer_bench.position import Position
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, dims: ModelDims, kernel: nn.Module, causal: bool = True):
+    def __init__(self, dims: ModelDims, kernel: nn.Module, layer: int = 0, causal: bool = True):
         super().__init__()
+        self.layer = layer  # lets a position scheme keep per-layer parameters
         self.n_heads = dims.n_heads
         self.causal = causal
         self.qkv = nn.Linear(dims.d_model, 3 * dims.d_model)
@@ -23,5 +24,5 @@ class MultiHeadAttention(nn.Module):
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, Dh)
         q, k = position.rotate(q, k)
-        y = self.kernel(q, k, v, causal=self.causal, bias=position.bias(t, t))  # (B, H, T, Dh)
+        y = self.kernel(q, k, v, causal=self.causal, bias=position.bias(t, t, layer=self.layer))  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).reshape(b, t, d))

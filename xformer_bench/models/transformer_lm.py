@@ -34,13 +34,13 @@ class TransformerLM(nn.Module):
         self.dropout = nn.Dropout(dims.dropout)
         self.blocks = nn.ModuleList(
             Block(
-                MultiHeadAttention(dims, ATTENTION.build(attention, dims=dims)),
+                MultiHeadAttention(dims, ATTENTION.build(attention, dims=dims), layer=i),
                 ACTIVATION.build(activation, dims=dims),
                 make_norm,
                 placement=norm_placement,
                 dropout=dims.dropout,
             )
-            for _ in range(dims.n_layers)
+            for i in range(dims.n_layers)
         )
         # Pre-LN leaves the residual stream unnormalised: it needs a final norm.
         self.final_norm = make_norm() if norm_placement == "pre" else nn.Identity()

@@ -16,7 +16,8 @@ class Position(nn.Module):
     def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
         return x
 
-    def bias(self, t_query: int, t_key: int) -> torch.Tensor | None:  # (H, Tq, Tk) or None
+    def bias(self, t_query: int, t_key: int, layer: int = 0) -> torch.Tensor | None:
+        """Additive attention bias (H, Tq, Tk) for layer ``layer``, or None."""
         return None
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
