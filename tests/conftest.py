@@ -28,3 +28,20 @@ def compose_config(*overrides: str) -> dict:
 @pytest.fixture
 def tiny_dims() -> ModelDims:
     return ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=16)
+
+
+TINY_RUN = ("data.size=20000", "data.seq_len=32", "data.batch_size=4", "data.eval_batch_size=16",
+            "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64",
+            "trainer.max_steps=16", "optim.warmup_steps=2", "trainer.progress_bar=false",
+            "logger=none")
+
+
+def run_tiny(tmp_path, *overrides: str) -> dict:
+    """Train a tiny model in-process, as `xbench` would, with records under tmp_path."""
+    from xformer_bench.run import execute
+
+    overrides = (*TINY_RUN, f"paths.results_dir={tmp_path / 'results'}", *overrides)
+    config = compose_config(*overrides)
+    choices = {g: config[g]["name"] for g in ("model", "attention", "norm", "activation",
+                                              "position", "data")}
+    return execute(config, choices, list(overrides), tmp_path / "run")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -44,7 +46,16 @@ def _report(record: dict) -> None:
     )
 
 
+def _quiet_libraries() -> None:
+    """Keep the terminal for xbench's own lines and the progress bar."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
+    logging.getLogger("lightning.fabric.utilities.rank_zero").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
 def main() -> None:
+    _quiet_libraries()
     _main()
 
 

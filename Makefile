@@ -1,0 +1,36 @@
+# xbench -- `make run` and `make test` each set everything up on a fresh machine.
+PYTHON     ?= python3
+VENV       ?= .venv
+# Installed first so that no dependency pulls a CUDA build; override for GPU machines,
+# e.g. make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+ARGS       ?=
+BIN        := $(VENV)/bin
+STAMP      := $(VENV)/.xbench-installed
+
+.PHONY: help install run test test-full table clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install: $(STAMP)  ## create .venv with torch (CPU by default) and xbench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH_SPEC)
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+run: install  ## train the default experiment (offline, ~2 min on a laptop CPU); ARGS="key=value ..."
+	$(BIN)/xbench $(ARGS)
+
+test: install  ## the test suite (CPU, offline, < 10 min)
+	$(BIN)/python -m pytest -q
+
+test-full: install  ## every test, slow ones included
+	$(BIN)/python -m pytest -q -m ""
+
+clean:  ## remove run outputs and caches (keeps .venv, data/ and results/)
+	rm -rf outputs multirun lightning_logs .pytest_cache build *.egg-info
+	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

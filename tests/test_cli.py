@@ -1,0 +1,63 @@
+"""The `xbench` command as a user runs it (subprocess, offline)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import TINY_RUN
+
+XBENCH = [sys.executable, "-m", "xformer_bench.cli"]
+
+
+def _xbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, XBENCH_DATA_DIR=str(cwd / "data"))
+    return subprocess.run([*XBENCH, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_help_lists_every_group_and_its_options(tmp_path):
+    out = _xbench("--help", cwd=tmp_path).stdout
+    for line in ("attention: full", "data: enwik8, synthetic, text", "model: vanilla",
+                 "logger: csv, none", "trainer: default"):
+        assert line.split(":")[0] + ":" in out and line.split(": ")[1].split(",")[0] in out
+    assert "model.d_model" in out
+
+
+def test_cfg_job_prints_the_composed_config(tmp_path):
+    out = _xbench("--cfg", "job", "activation=relu", cwd=tmp_path).stdout
+    assert "name: relu" in out and "d_model: 128" in out
+
+
+def test_a_tiny_run_end_to_end(tmp_path):
+    result = _xbench(*TINY_RUN, "experiment_name=smoke", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "final val bpb" in result.stdout and "steps/s" in result.stdout
+    [record_path] = (tmp_path / "results" / "smoke").glob("*.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "finished"
+    assert record["choices"] == {"model": "vanilla", "attention": "full", "norm": "layernorm",
+                                 "activation": "gelu", "position": "sinusoidal",
+                                 "data": "synthetic", "trainer": "default", "logger": "none"}
+    assert "trainer.max_steps=16" in record["overrides"]
+    assert str(record_path.relative_to(tmp_path)) in result.stdout
+
+
+def test_unknown_variant_is_a_one_line_error(tmp_path):
+    result = _xbench("attention=nope", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Could not find 'attention/nope'" in result.stderr and "full" in result.stderr
+
+
+def test_missing_enwik8_offline_is_one_line_and_fast(tmp_path):
+    started = time.perf_counter()
+    result = _xbench("data=enwik8", cwd=tmp_path)
+    assert time.perf_counter() - started < 30
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "enwik8.zip" in errors[0] and str(tmp_path / "data") in errors[0]
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,71 @@
+"""bits per byte = mean next-byte cross-entropy (nats) / ln 2 over exactly the evaluated bytes."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from xformer_bench.data.byte_windows import ByteLMDataModule
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.transformer_lm import TransformerLM
+from xformer_bench.tasks.lm import LanguageModelTask
+from xformer_bench.tasks.schedule import lr_factor
+
+
+def _reference_bpb(model: torch.nn.Module, data: np.ndarray, seq_len: int) -> tuple[float, int]:
+    """Independent protocol: walk the split window by window, sum -log p(next byte)."""
+    nats, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(data) - 1, seq_len):
+            chunk = torch.from_numpy(data[start:start + seq_len + 1].astype(np.int64))
+            logp = model(chunk[None, :-1]).log_softmax(-1)[0]  # (t, V)
+            nats -= logp.gather(1, chunk[1:, None]).sum().item()
+            count += len(chunk) - 1
+    return nats / count / math.log(2), count
+
+
+@pytest.mark.parametrize("n_val", [1001, 64 * 8 + 1, 130])
+def test_validation_bpb_equals_reference_over_the_whole_split(n_val):
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    splits = {s: rng.integers(0, 256, n).astype(np.uint8) for s, n in
+              (("train", 2000), ("val", n_val), ("test", 300))}
+    dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=64)
+    model = TransformerLM(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
+                          {"name": "sinusoidal"}).eval()
+    task = LanguageModelTask(model, optim={}, max_steps=1)
+    dm = ByteLMDataModule(splits, seq_len=64, batch_size=4, seed=0, eval_batch_size=3)
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu")
+    metrics = trainer.validate(task, datamodule=dm, verbose=False)[0]
+    expected, count = _reference_bpb(model, splits["val"], 64)
+    assert task.evaluated_bytes["val"] == count == n_val - 1
+    assert metrics["val/bpb"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["val/loss"] / math.log(2) == pytest.approx(metrics["val/bpb"], rel=1e-6)
+
+
+def test_untrained_model_is_near_uniform():
+    torch.manual_seed(0)
+    dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=32)
+    model = TransformerLM(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
+                          {"name": "none"}).eval()
+    data = np.random.default_rng(1).integers(0, 256, 500).astype(np.uint8)
+    bpb, _ = _reference_bpb(model, data, 32)
+    assert abs(bpb - 8.0) < 0.1
+
+
+def test_learning_rate_schedule_warms_up_then_decays_to_the_floor():
+    kwargs = dict(warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
+    assert lr_factor(0, decay="cosine", **kwargs) == pytest.approx(0.1)
+    assert lr_factor(9, decay="cosine", **kwargs) == pytest.approx(1.0)
+    assert lr_factor(60, decay="cosine", **kwargs) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_factor(110, decay="cosine", **kwargs) == pytest.approx(0.1)
+    assert lr_factor(60, decay="linear", **kwargs) == pytest.approx(0.55)
+    assert lr_factor(60, decay="constant", **kwargs) == 1.0
+    assert lr_factor(39, decay="inverse_sqrt", **kwargs) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="optim.decay"):
+        lr_factor(0, decay="step", **kwargs)

@@ -1,0 +1,71 @@
+"""A whole run in-process: record schema, determinism, divergence recorded."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import compose_config, run_tiny
+from xformer_bench.errors import DivergedError
+from xformer_bench.results import record as records
+
+
+def test_a_run_writes_a_complete_record_in_both_places(tmp_path):
+    record = run_tiny(tmp_path)
+    results_file = tmp_path / "results" / "default" / f"{record['run_id']}.json"
+    on_disk = records.load(results_file)
+    assert on_disk == records.load(tmp_path / "run" / "record.json")
+    assert on_disk["status"] == "finished" and on_disk["steps"] == 16
+    assert on_disk["choices"]["attention"] == "full" and on_disk["seed"] == 0
+    d, v, ff = 32, 256, 64  # tied embedding + sinusoidal: embedding, 1 block, final norm
+    block = (3 * d * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d) + 2 * 2 * d
+    assert on_disk["params"] == v * d + block + 2 * d
+    assert on_disk["flops_per_step"] > 6 * on_disk["params"] * 4 * 32 * 0.5
+    assert on_disk["steps_per_sec"] > 0 and on_disk["tokens_per_sec"] == pytest.approx(
+        on_disk["steps_per_sec"] * 4 * 32)
+    assert on_disk["early"]["step"] == 2 and on_disk["final"]["step"] == 16
+    assert on_disk["final"]["val/bpb"] == pytest.approx(on_disk["final"]["val/loss"] / math.log(2))
+    assert on_disk["test"]["test/bpb"] < 8.5
+    assert on_disk["eval_bytes"] == {"val": 999, "test": 999}
+    assert on_disk["peak_memory_mb"] > 0 and on_disk["wall_time_sec"] > 0
+    assert not list((tmp_path / "results" / "default").glob(".*tmp"))  # no partial files left
+
+
+def test_same_seed_gives_identical_losses_and_another_seed_does_not(tmp_path):
+    first = run_tiny(tmp_path / "a", "seed=3")
+    second = run_tiny(tmp_path / "b", "seed=3")
+    other = run_tiny(tmp_path / "c", "seed=4")
+    assert first["final"]["val/loss"] == second["final"]["val/loss"]
+    assert first["test"] == second["test"]
+    assert first["run_id"] == second["run_id"] != other["run_id"]
+    assert first["final"]["val/loss"] != other["final"]["val/loss"]
+
+
+def test_a_diverging_run_is_recorded_as_diverged(tmp_path):
+    with pytest.raises(DivergedError, match="training loss is nan"):
+        run_tiny(tmp_path, "optim.lr=inf", "trainer.gradient_clip_val=0")
+    [path] = (tmp_path / "results" / "default").glob("*.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "diverged" and "nan" in record["error"]
+
+
+def test_run_identity_ignores_where_files_go_but_not_what_is_trained():
+    base = compose_config()
+    moved = compose_config("paths.results_dir=/elsewhere", "paths.data_dir=/x", "logger=none")
+    changed = compose_config("optim.lr=0.5")
+    choices = {"model": "vanilla"}
+    assert records.run_identity(base, choices) == records.run_identity(moved, choices)
+    assert records.run_identity(base, choices) != records.run_identity(changed, choices)
+
+
+def test_record_validation_rejects_missing_keys_and_unknown_status(tmp_path):
+    with pytest.raises(ValueError, match="lacks"):
+        records.validate({"status": "finished"})
+    complete = {k: None for k in records.REQUIRED_KEYS} | {"status": "exploded"}
+    with pytest.raises(ValueError, match="status"):
+        records.validate(complete)
+    path = records.write_json_atomic(tmp_path / "r.json", complete | {"status": "failed"})
+    assert records.load(Path(path))["status"] == "failed"

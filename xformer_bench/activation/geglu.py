@@ -1,0 +1,13 @@
+"""GEGLU feed-forward, ``W2 (gelu(W x) * V x)`` (Shazeer 2020, "GLU Variants Improve
+Transformer")."""
+
+import torch.nn.functional as F
+
+from xformer_bench.activation import PARAM_MATCHED_SCALE, GatedFeedForward
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.registry import ACTIVATION
+
+
+@ACTIVATION.register("geglu")
+def build(dims: ModelDims, d_ff_scale: float = PARAM_MATCHED_SCALE) -> GatedFeedForward:
+    return GatedFeedForward(dims, F.gelu, d_ff_scale)

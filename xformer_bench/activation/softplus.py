@@ -1,0 +1,13 @@
+"""Softplus feed-forward, ``log(1 + e^x)`` (Dugas et al. 2001), as compared by
+Narang et al. (2021)."""
+
+import torch.nn.functional as F
+
+from xformer_bench.activation import FeedForward
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.registry import ACTIVATION
+
+
+@ACTIVATION.register("softplus")
+def build(dims: ModelDims) -> FeedForward:
+    return FeedForward(dims, F.softplus)
