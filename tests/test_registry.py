@@ -9,7 +9,7 @@ from conftest import compose_config
 from xformer_bench.cli import CONF_DIR
 from xformer_bench.registry import REGISTRIES, UnknownVariantError
 
-COMPONENT_GROUPS = ["attention", "norm", "activation", "position", "data"]
+COMPONENT_GROUPS = ["attention", "norm", "activation", "position", "ffn", "data"]
 
 
 def _yaml_stems(group: str) -> list[str]:

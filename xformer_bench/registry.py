@@ -66,6 +66,7 @@ ATTENTION = Registry("attention", "xformer_bench.attention")
 NORM = Registry("norm", "xformer_bench.norm")
 ACTIVATION = Registry("activation", "xformer_bench.activation")
 POSITION = Registry("position", "xformer_bench.position")
+FFN = Registry("ffn", "xformer_bench.ffn")
 DATA = Registry("data", "xformer_bench.data")
 
-REGISTRIES = {r.group: r for r in (ATTENTION, NORM, ACTIVATION, POSITION, DATA)}
+REGISTRIES = {r.group: r for r in (ATTENTION, NORM, ACTIVATION, POSITION, FFN, DATA)}

@@ -36,7 +36,7 @@ def _build_task(config: dict[str, Any], datamodule):
                      d_ff=m["d_ff"], seq_len=config["data"]["seq_len"],
                      vocab_size=datamodule.vocab_size, dropout=m["dropout"])
     model = TransformerLM(dims, config["attention"], config["norm"], config["activation"],
-                          config["position"], norm_placement=m["norm_placement"],
+                          config["position"], ffn=config["ffn"], norm_placement=m["norm_placement"],
                           tie_embeddings=m["tie_embeddings"])
     return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"])
 
@@ -55,6 +55,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
     sample = torch.zeros(1, seq_len, dtype=torch.long)
     record["params"] = task.model.num_parameters()
+    record["active_params"] = task.model.num_active_parameters()
     record["flops_per_step"] = training_step_flops(
         lambda x: task.model(x).float().logsumexp(-1).mean(), sample, batch_size
     ) * config["trainer"]["accumulate_grad_batches"]
@@ -95,7 +96,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         "experiment": config["experiment_name"], "status": "failed", "error": None,
         "choices": {g: choices.get(g) for g in records.CHOICE_GROUPS},
         "overrides": list(overrides), "seed": config["seed"],
-        "git_commit": records.git_commit(), "params": None, "flops_per_step": None,
+        "git_commit": records.git_commit(), "params": None, "active_params": None, "flops_per_step": None,
         "steps_per_sec": None, "tokens_per_sec": None, "peak_memory_mb": None,
         "peak_memory_kind": None, "early": None, "final": None, "test": None,
         "eval_bytes": {}, "steps": 0, "wall_time_sec": None, "config": config,

@@ -12,7 +12,7 @@ from torch import nn
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import Block
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.registry import ACTIVATION, ATTENTION, NORM, POSITION
+from xformer_bench.registry import ATTENTION, FFN, NORM, POSITION
 
 
 class TransformerLM(nn.Module):
@@ -23,6 +23,7 @@ class TransformerLM(nn.Module):
         norm: Mapping[str, Any],
         activation: Mapping[str, Any],
         position: Mapping[str, Any],
+        ffn: Mapping[str, Any] = {"name": "dense"},  # noqa: B006 -- read-only
         norm_placement: str = "pre",
         tie_embeddings: bool = True,
     ):
@@ -35,7 +36,7 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(
             Block(
                 MultiHeadAttention(dims, ATTENTION.build(attention, dims=dims), layer=i),
-                ACTIVATION.build(activation, dims=dims),
+                FFN.build(ffn, dims=dims, activation=activation),
                 make_norm,
                 placement=norm_placement,
                 dropout=dims.dropout,
@@ -69,3 +70,14 @@ class TransformerLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def num_active_parameters(self) -> int:
+        """Parameters used for one token: sparsely routed layers report what they skip."""
+        skipped = sum(m.inactive_parameters() for m in self.modules()
+                      if hasattr(m, "inactive_parameters"))
+        return self.num_parameters() - skipped
+
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        """Sum of the ``aux_loss`` that layers (e.g. expert routers) set in the last forward."""
+        losses = [m.aux_loss for m in self.modules() if getattr(m, "aux_loss", None) is not None]
+        return torch.stack(losses).sum() if losses else None

@@ -17,12 +17,13 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 STATUSES = ("finished", "diverged", "failed", "interrupted")
-CHOICE_GROUPS = ("model", "attention", "norm", "activation", "position", "data", "trainer", "logger")
+CHOICE_GROUPS = ("model", "attention", "norm", "activation", "position", "ffn", "data", "trainer",
+                 "logger")
 IDENTITY_EXCLUDED = ("paths", "logger")
 
 REQUIRED_KEYS = (
     "schema", "run_id", "experiment", "status", "error", "choices", "overrides", "seed",
-    "git_commit", "params", "flops_per_step", "steps_per_sec", "tokens_per_sec",
+    "git_commit", "params", "active_params", "flops_per_step", "steps_per_sec", "tokens_per_sec",
     "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "eval_bytes", "steps",
     "wall_time_sec", "config",
 )

@@ -46,12 +46,16 @@ class LanguageModelTask(L.LightningModule):
                                ignore_index=IGNORE_INDEX, reduction=reduction)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        loss = self._nats(batch, "mean")
+        nats = self._nats(batch, "mean")
+        auxiliary = self.model.auxiliary_loss()
+        loss = nats if auxiliary is None else nats + auxiliary
         if not torch.isfinite(loss):
             raise DivergedError(f"training loss is {loss.item()} at step {self.global_step}; "
                                 "lower optim.lr or raise optim.warmup_steps")
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/bpb", loss / LN2, prog_bar=True)
+        self.log("train/loss", nats, prog_bar=True)
+        self.log("train/bpb", nats / LN2, prog_bar=True)
+        if auxiliary is not None:
+            self.log("train/aux_loss", auxiliary)
         return loss
 
     def _eval_step(self, batch) -> None:
