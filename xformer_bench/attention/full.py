@@ -23,7 +23,7 @@ class FullAttention(nn.Module):
         v: torch.Tensor,  # (B, H, S, Dh)
         *,
         causal: bool,
-        bias: torch.Tensor | None = None,  # (H, T, S) additive, or None
+        bias: torch.Tensor | None = None,  # (H, T, S) or (B, H, T, S) additive, or None
     ) -> torch.Tensor:  # (B, H, T, Dh)
         p = self.dropout if self.training else 0.0
         if bias is None:

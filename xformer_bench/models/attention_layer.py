@@ -24,5 +24,6 @@ class MultiHeadAttention(nn.Module):
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, Dh)
         q, k = position.rotate(q, k)
-        y = self.kernel(q, k, v, causal=self.causal, bias=position.bias(t, t, layer=self.layer))  # (B, H, T, Dh)
+        bias = position.bias(t, t, layer=self.layer, query=q)  # (H, T, T), (B, H, T, T) or None
+        y = self.kernel(q, k, v, causal=self.causal, bias=bias)  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).reshape(b, t, d))
