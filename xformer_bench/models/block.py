@@ -1,5 +1,14 @@
-"""One Transformer layer: attention and feed-forward sublayers, each with a residual
-connection and a norm placed before (pre-LN) or after (post-LN) it."""
+"""One Transformer layer: attention and feed-forward sublayers, each a residual branch whose
+norms sit where ``model.norm_placement`` says:
+
+* ``pre``      -- ``x + f(N(x))``            (Wang et al. 2019, Xiong et al. 2020; GPT-2);
+* ``post``     -- ``N(x + f(x))``            (Vaswani et al. 2017);
+* ``sandwich`` -- ``x + N(f(N(x)))``         (Ding et al. 2021, CogView's Sandwich-LN).
+
+All three are one forward, ``N_residual(x + gate(N_output(f(N_input(x)))))``, with identity in
+the slots a placement leaves empty.  The norm may supply the ``gate`` (ReZero, Fixup) and a
+re-initialisation of the branch (Fixup); see :mod:`xformer_bench.norm`.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +17,23 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from xformer_bench.norm import init_residual_branch, residual_gate
 from xformer_bench.position import Position
 
-PLACEMENTS = ("pre", "post")
+NORM_SLOTS = ("input", "output", "residual")
+PLACEMENTS: dict[str, tuple[str, ...]] = {
+    "pre": ("input",),
+    "post": ("residual",),
+    "sandwich": ("input", "output"),
+}
+SUBLAYERS = ("attention", "feedforward")
+BRANCH_DEPTH = {"attention": 4, "feedforward": 2}
+"""Weight layers each branch multiplies together (q, k, v, out; up, down), as Fixup counts them."""
+
+
+def needs_final_norm(placement: str) -> bool:
+    """Whether the residual stream leaves the last block unnormalised (pre, sandwich)."""
+    return "residual" not in PLACEMENTS[placement]
 
 
 class Block(nn.Module):
@@ -24,17 +47,35 @@ class Block(nn.Module):
     ):
         super().__init__()
         if placement not in PLACEMENTS:
-            raise ValueError(f"model.norm_placement={placement!r}; choose one of {PLACEMENTS}")
-        self.pre = placement == "pre"
+            raise ValueError(f"model.norm_placement={placement!r}; choose one of {tuple(PLACEMENTS)}")
+        self.slots = PLACEMENTS[placement]
         self.attention = attention
         self.feedforward = feedforward
-        self.norm_attention = make_norm()
-        self.norm_feedforward = make_norm()
+        self.norms = nn.ModuleDict({
+            sublayer: nn.ModuleDict({
+                slot: make_norm() if slot in self.slots else nn.Identity() for slot in NORM_SLOTS
+            })
+            for sublayer in SUBLAYERS
+        })
+        self.gates = nn.ModuleDict({sublayer: residual_gate(self._norm(sublayer)) for sublayer in SUBLAYERS})
         self.dropout = nn.Dropout(dropout)
 
+    def _norm(self, sublayer: str) -> nn.Module:
+        """The norm asked for the sublayer's gate and initialisation: its first placed one."""
+        return self.norms[sublayer][self.slots[0]]
+
+    def init_residual_branches(self, n_branches: int) -> None:
+        """Let the norms re-initialise their branches (Fixup); run after the model's own init.
+        ``n_branches`` counts the residual branches of the whole model."""
+        for sublayer in SUBLAYERS:
+            init_residual_branch(self._norm(sublayer), getattr(self, sublayer),
+                                 n_branches=n_branches, depth=BRANCH_DEPTH[sublayer])
+
+    def _residual(self, sublayer: str, x: torch.Tensor, *args) -> torch.Tensor:  # (B, T, D)
+        norm = self.norms[sublayer]
+        h = norm["output"](getattr(self, sublayer)(norm["input"](x), *args))  # (B, T, D)
+        return norm["residual"](x + self.gates[sublayer](self.dropout(h)))  # (B, T, D)
+
     def forward(self, x: torch.Tensor, position: Position) -> torch.Tensor:  # (B, T, D)
-        if self.pre:
-            x = x + self.dropout(self.attention(self.norm_attention(x), position))
-            return x + self.dropout(self.feedforward(self.norm_feedforward(x)))
-        x = self.norm_attention(x + self.dropout(self.attention(x, position)))
-        return self.norm_feedforward(x + self.dropout(self.feedforward(x)))
+        x = self._residual("attention", x, position)
+        return self._residual("feedforward", x)

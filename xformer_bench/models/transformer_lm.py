@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.block import Block
+from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import ATTENTION, FFN, NORM, POSITION
 
@@ -43,10 +43,12 @@ class TransformerLM(nn.Module):
             )
             for i in range(dims.n_layers)
         )
-        # Pre-LN leaves the residual stream unnormalised: it needs a final norm.
-        self.final_norm = make_norm() if norm_placement == "pre" else nn.Identity()
+        # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
+        self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = nn.Linear(dims.d_model, dims.vocab_size, bias=False)
         self._init_weights()
+        for block in self.blocks:  # norm-specific re-initialisation of the branches (Fixup)
+            block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
         if tie_embeddings:
             self.head.weight = self.embedding.weight
 
