@@ -31,6 +31,9 @@ test: install  ## the test suite (CPU, offline, < 10 min)
 test-full: install  ## every test, slow ones included
 	$(BIN)/python -m pytest -q -m ""
 
+table: install  ## results/ -> LaTeX/Markdown/CSV tables + plots in results/tables/
+	$(BIN)/python -m xformer_bench.results --results-dir results --out results/tables
+
 clean:  ## remove run outputs and caches (keeps .venv, data/ and results/)
 	rm -rf outputs multirun lightning_logs .pytest_cache build *.egg-info
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

@@ -204,7 +204,7 @@ def test_fixup_lm_initialisation_relative_to_the_default_one(tiny_dims):
         torch.testing.assert_close(block.feedforward.up.weight,
                                    ref_block.feedforward.up.weight * n_branches ** (-1 / 2))
         assert block.gates["attention"].scale.item() == 1.0
-    torch.testing.assert_close(fixup.embedding.weight, reference.embedding.weight)
+    torch.testing.assert_close(fixup.embedding.table.weight, reference.embedding.table.weight)
     assert not any(isinstance(m, nn.LayerNorm) for m in fixup.modules())
 
 

@@ -12,6 +12,8 @@ from torch import nn
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
 from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.embedding import TokenEmbedding
+from xformer_bench.models.output_head import OutputHead
 from xformer_bench.registry import ATTENTION, FFN, NORM, POSITION
 
 
@@ -26,31 +28,36 @@ class TransformerLM(nn.Module):
         ffn: Mapping[str, Any] = {"name": "dense"},  # noqa: B006 -- read-only
         norm_placement: str = "pre",
         tie_embeddings: bool = True,
+        embedding_dim: int | None = None,
+        output: str = "softmax",
+        mos_components: int = 4,
+        share_blocks: bool = False,
     ):
         super().__init__()
         self.dims = dims
         make_norm = lambda: NORM.build(norm, dim=dims.d_model)  # noqa: E731
-        self.embedding = nn.Embedding(dims.vocab_size, dims.d_model)
+        self.embedding = TokenEmbedding(dims.vocab_size, dims.d_model, embedding_dim)
         self.position = POSITION.build(position, dims=dims)
         self.dropout = nn.Dropout(dims.dropout)
-        self.blocks = nn.ModuleList(
-            Block(
-                MultiHeadAttention(dims, ATTENTION.build(attention, dims=dims), layer=i),
-                FFN.build(ffn, dims=dims, activation=activation),
-                make_norm,
-                placement=norm_placement,
-                dropout=dims.dropout,
-            )
-            for i in range(dims.n_layers)
+        make_block = lambda i: Block(  # noqa: E731
+            MultiHeadAttention(dims, ATTENTION.build(attention, dims=dims), layer=i),
+            FFN.build(ffn, dims=dims, activation=activation),
+            make_norm,
+            placement=norm_placement,
+            dropout=dims.dropout,
         )
+        # Block sharing (Dehghani et al. 2019; Lan et al. 2020): one block applied L times.
+        shared = make_block(0) if share_blocks else None
+        self.blocks = nn.ModuleList(shared or make_block(i) for i in range(dims.n_layers))
         # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
-        self.head = nn.Linear(dims.d_model, dims.vocab_size, bias=False)
+        self.head = OutputHead(self.embedding, dims.d_model, tie=False, kind=output,
+                               components=mos_components)
         self._init_weights()
-        for block in self.blocks:  # norm-specific re-initialisation of the branches (Fixup)
+        for block in self.blocks[: 1 if share_blocks else None]:  # Fixup's branch re-init
             block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
-        if tie_embeddings:
-            self.head.weight = self.embedding.weight
+        if tie_embeddings:  # tie after init so the shared matrix keeps the embedding's init
+            self.head.vocab.weight = self.embedding.table.weight
 
     def _init_weights(self) -> None:
         """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 L)."""
@@ -64,7 +71,7 @@ class TransformerLM(nn.Module):
             elif name.endswith(".bias") and "norm" not in name:
                 nn.init.zeros_(p)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) log-probs
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
         for block in self.blocks:
             x = block(x, self.position)

@@ -1,0 +1,266 @@
+"""Run records -> tables and plots (``make table``), on the records in tests/fixtures/records.
+
+fixture_activations: ReLU (seed 2 diverged), GeLU (3 seeds, plus a stale copy of seed 0),
+SwiGLU (1 seed, no test metric), GeGLU (2 diverged + 1 failed), a corrupt and a partial file.
+fixture_positions: two positions on synthetic (learned: seed 1 interrupted) and enwik8.
+Set XBENCH_UPDATE_GOLDEN=1 to rewrite tests/golden/ after an intended change.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xformer_bench.results import latex, markdown
+from xformer_bench.results.__main__ import main
+from xformer_bench.results.aggregate import build_table
+from xformer_bench.results.collect import collect
+from xformer_bench.results.metrics import metrics_for
+from xformer_bench.results.table import si
+from xformer_bench.results.variants import group_variants, repeated_seeds
+
+HERE = Path(__file__).parent
+FIXTURES = HERE / "fixtures" / "records"
+GOLDEN = HERE / "golden"
+EXPERIMENTS = ("fixture_activations", "fixture_positions")
+
+
+@pytest.fixture(scope="module")
+def found():
+    return collect(FIXTURES)
+
+
+def table_of(records, experiment="x"):
+    return build_table(experiment, group_variants(records))
+
+
+def cells(table, label):
+    """{column title: cell} of the row labelled ``label``."""
+    row = next(r for r in table.rows if r.label == label)
+    return {c.title: cell for c, cell in zip(table.columns, row.cells)}
+
+
+def test_corrupt_and_partial_files_are_skipped_and_the_newest_duplicate_kept(found):
+    assert sorted(s.path.name for s in found.skipped) == ["corrupt.json", "partial.json"]
+    assert "lacks" in next(s.reason for s in found.skipped if s.path.name == "partial.json")
+    assert [p.parent.name for p in found.duplicates] == ["stale"]
+    kept = [r for r in found.records if r["run_id"] == found.duplicates[0].stem]
+    assert len(kept) == 1 and kept[0]["final"]["val/loss"] == 2.217  # not the stale 2.9
+    assert found.experiments() == list(EXPERIMENTS)
+
+
+def test_a_record_of_the_wrong_shape_is_skipped(tmp_path):
+    record = json.loads(next((FIXTURES / "fixture_positions").glob("*.json")).read_text())
+    (tmp_path / "good.json").write_text(json.dumps(record))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    record.update(run_id="other", choices="gelu")
+    (tmp_path / "bad.json").write_text(json.dumps(record))
+    found = collect(tmp_path)
+    assert {s.path.name: s.reason for s in found.skipped} == {
+        "bad.json": "'choices' is a str", "list.json": "a JSON list, not a run record"}
+    assert len(found.records) == 1
+
+
+def test_means_and_sample_stds_equal_numpy_over_finished_seeds_only(found):
+    table = table_of(found.of("fixture_activations"))
+    expected = {  # (row, column): the finished seeds' values, seed order
+        ("GeLU", "Final loss"): [2.217, 2.221, 2.210],
+        ("GeLU", "synthetic bpb"): [3.2298, 3.2350, 3.2201],
+        ("GeLU", "Step/s"): [6.28, 6.31, 6.25],
+        ("ReLU", "Early loss"): [2.700, 2.720],  # the diverged seed's 2.9 is left out
+        ("ReLU", "Final loss"): [2.250, 2.262],
+    }
+    for (label, column), values in expected.items():
+        row = cells(table, label)
+        assert row[column].mean == pytest.approx(np.mean(values), rel=1e-12, abs=0)
+        assert row[column].std == pytest.approx(np.std(values, ddof=1), rel=1e-12, abs=0)
+        assert row[column].n == len(values)
+    swiglu = cells(table, "SwiGLU")
+    assert (swiglu["Final loss"].mean, swiglu["Final loss"].std) == (2.190, None)
+
+
+def test_seeds_column_counts_finished_of_total(found):
+    table = table_of(found.of("fixture_activations"))
+    seeds = {r.label: cells(table, r.label)["Seeds"].text for r in table.rows}
+    assert seeds == {"ReLU": "2/3", "GeLU": "3", "SwiGLU": "1", "GeGLU": "0/3"}
+    relu = next(r for r in table.rows if r.label == "ReLU")
+    assert (relu.finished, relu.total, relu.statuses) == (2, 3, "finished=2;diverged=1")
+
+
+def test_a_variant_without_finished_runs_shows_its_status(found):
+    geglu = cells(table_of(found.of("fixture_activations")), "GeGLU")
+    for column in ("Step/s", "Early loss", "Final loss", "synthetic bpb"):
+        assert (geglu[column].mean, geglu[column].text) == (None, "diverged/failed")
+    assert geglu["Params"].mean == 891648  # a property of the configuration, still known
+    assert "| GeGLU | 892K | 25.6G | diverged/failed |" in markdown.render(
+        table_of(found.of("fixture_activations")))
+
+
+def test_best_value_is_bold_lower_or_higher_per_metric(found):
+    table = table_of(found.of("fixture_activations"))
+    bold = {c.title: [r.label for r in table.rows if r.cells[i].bold]
+            for i, c in enumerate(table.columns)}
+    assert bold["Final loss"] == ["SwiGLU"] and bold["Early loss"] == ["SwiGLU"]
+    assert bold["synthetic bpb"] == ["GeLU"]
+    assert bold["Params"] == bold["Step/s"] == bold["Seeds"] == []
+    # BLEU: higher is better
+    records = copy.deepcopy(found.of("fixture_positions"))
+    for record in records:
+        learned, interrupted = record["choices"]["position"] == "learned", \
+            record["status"] == "interrupted"
+        record["choices"]["data"] = "wmt"
+        record["test"] = {"test/bleu": 90.0 if interrupted else 20.0 if learned else 25.0}
+    wmt = table_of(records)
+    assert [c.title for c in wmt.columns if c.title.startswith("WMT")] == ["WMT BLEU"]
+    best = [r.label for r in wmt.rows if cells(wmt, r.label)["WMT BLEU"].bold]
+    assert best == ["Sinusoidal"]  # 25 > 20 (the interrupted 90 is not averaged in)
+
+
+def test_missing_values_are_dashes(found):
+    table = table_of(found.of("fixture_activations"))
+    assert cells(table, "SwiGLU")["synthetic bpb"].missing  # finished, but no test metric
+    assert "| SwiGLU | 892K | 25.6G | 5.90 | **2.600** | **2.190** | — | 1 |" in \
+        markdown.render(table)
+    assert r"SwiGLU & 892K & 25.6G & 5.90 & \textbf{2.600} & \textbf{2.190} & -- & 1 \\" in \
+        latex.render(table)
+
+
+def test_rows_follow_the_declared_sweep_else_the_labels(found):
+    assert [r.label for r in table_of(found.of("fixture_activations")).rows] == \
+        ["ReLU", "GeLU", "SwiGLU", "GeGLU"]  # config.sweep order, not alphabetical
+    assert [r.label for r in table_of(found.of("fixture_positions")).rows] == \
+        ["Learned absolute", "Sinusoidal"]
+
+
+def test_row_labels_join_what_varies(found):
+    gelu_only = [r for r in found.of("fixture_activations") if r["choices"]["activation"] == "gelu"]
+    assert [r.label for r in table_of(gelu_only).rows] == ["Vanilla Transformer"]
+    mixed = copy.deepcopy(found.of("fixture_positions"))
+    for record in mixed[:2]:
+        record["choices"]["activation"] = "relu"
+        record["config"]["activation"] = {"name": "relu", "label": "ReLU"}
+    labels = {r.label for r in table_of(mixed).rows}
+    assert "ReLU, Learned absolute" in labels and "GeLU, Sinusoidal" in labels
+    # an override that changes the configuration is a different row, never an extra seed
+    lr = copy.deepcopy(gelu_only)
+    lr[0]["overrides"].append("optim.lr=0.001")
+    assert sorted(r.label for r in table_of(lr).rows) == ["Vanilla Transformer", "optim.lr=0.001"]
+    assert repeated_seeds(group_variants(lr)) == []
+
+
+def test_a_seed_run_twice_in_one_variant_is_warned_about(found):
+    gelu = [r for r in found.of("fixture_activations") if r["choices"]["activation"] == "gelu"]
+    rerun = copy.deepcopy(gelu[0])
+    rerun["run_id"] += "_after_a_default_changed"
+    warnings = repeated_seeds(group_variants([*gelu, rerun]))
+    assert len(warnings) == 1 and "2 runs of seed 0 on synthetic" in warnings[0]
+
+
+def test_one_metric_column_per_dataset_with_losses_from_the_main_one(found):
+    table = table_of(found.of("fixture_positions"))
+    assert [c.title for c in table.columns] == [
+        "Params", "Ops", "Step/s", "Early loss", "Final loss", "synthetic bpb", "enwik8 bpb",
+        "Seeds"]
+    assert table.loss_data == "Synthetic"  # the dataset with the most runs
+    assert cells(table, "Learned absolute")["enwik8 bpb"].missing
+    assert cells(table, "Sinusoidal")["enwik8 bpb"].mean == 1.45
+    assert cells(table, "Sinusoidal")["Seeds"].text == "2"  # synthetic runs only
+
+
+def test_active_params_column_appears_only_for_routed_models(found):
+    records = copy.deepcopy(found.of("fixture_positions"))
+    assert "Active params" not in [c.title for c in table_of(records).columns]
+    for record in records:
+        if record["choices"]["position"] == "learned":
+            record["active_params"] = 500_000
+    active = cells(table_of(records), "Learned absolute")["Active params"]
+    assert active.mean == 500_000
+
+
+def test_metric_table_directions_and_fallback():
+    assert [(m.title, m.higher_is_better) for m in metrics_for("wmt", [])] == [("WMT BLEU", True)]
+    assert metrics_for("cifar10", [])[0].key == "test/bits_per_dim"
+    fallback = metrics_for("mystery", ["test/loss", "test/top1", "test/ppl"])
+    assert [(m.title, m.higher_is_better) for m in fallback] == \
+        [("mystery ppl", False), ("mystery top1", True)]
+
+
+def test_si_formatting():
+    assert [si(826112), si(23353884672), si(999_999), si(512), si(1.2e12)] == \
+        ["826K", "23.4G", "1M", "512", "1.2T"]
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_markdown_equals_golden(found, experiment):
+    rendered = markdown.render(table_of(found.of(experiment), experiment))
+    golden = GOLDEN / f"{experiment}.md"
+    if os.environ.get("XBENCH_UPDATE_GOLDEN"):
+        golden.write_text(rendered, encoding="utf-8")
+    assert rendered == golden.read_text(encoding="utf-8")
+
+
+def test_latex_is_booktabs_and_escaped(found):
+    tex = latex.render(table_of(found.of("fixture_activations"), "fixture_activations"))
+    lines = tex.splitlines()
+    assert lines.index(r"\toprule") < lines.index(r"\midrule") < lines.index(r"\bottomrule")
+    assert r"\caption{fixture\_activations: mean $\pm$ std" in tex
+    assert "±" not in tex and "—" not in tex
+    assert latex.escape("a_b & 50% #1 $x$ {y} ~^\\") == (
+        r"a\_b \& 50\% \#1 \$x\$ \{y\} \textasciitilde{}\textasciicircum{}\textbackslash{}")
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+def test_latex_compiles(found, tmp_path):
+    for experiment in EXPERIMENTS:
+        (tmp_path / f"{experiment}.tex").write_text(
+            latex.render(table_of(found.of(experiment), experiment)), encoding="utf-8")
+    body = "\n".join(rf"\input{{{e}.tex}}" for e in EXPERIMENTS)
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        f"{body}\n\\end{{document}}\n")
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert (tmp_path / "doc.pdf").stat().st_size > 0
+
+
+def test_command_writes_tables_and_plots_identically_twice(tmp_path, capsys):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES, results)
+    decoy = json.loads(next((FIXTURES / "fixture_positions").glob("*.json")).read_text())
+    decoy.update(experiment="decoy", run_id="decoy")
+    (results / "tables").mkdir()  # the output folder is never read as records
+    (results / "tables" / "decoy.json").write_text(json.dumps(decoy))
+    assert main(["--results-dir", str(results)]) == 0
+    err = capsys.readouterr().err
+    assert "corrupt.json" in err and "partial.json" in err and "older record" in err
+    out = results / "tables"
+    tables = sorted(p.name for p in out.iterdir() if p.suffix in (".md", ".tex", ".csv"))
+    assert tables == sorted(f"{e}.{s}" for e in EXPERIMENTS for s in ("csv", "md", "tex"))
+    first = {name: (out / name).read_bytes() for name in tables}
+    for experiment in EXPERIMENTS:
+        for kind in ("curves", "tradeoff"):
+            png, pdf = (out / f"{experiment}_{kind}.{s}" for s in ("png", "pdf"))
+            assert png.read_bytes()[:4] == b"\x89PNG" and pdf.read_bytes()[:4] == b"%PDF"
+    assert (out / "fixture_activations.md").read_text() == \
+        (GOLDEN / "fixture_activations.md").read_text()
+    assert main(["--results-dir", str(results), "--no-plots"]) == 0
+    assert {name: (out / name).read_bytes() for name in tables} == first
+
+
+def test_command_errors(tmp_path, capsys):
+    assert main(["--results-dir", str(FIXTURES), "--out", str(tmp_path),
+                 "--experiment", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["--results-dir", str(tmp_path / "empty"), "--out", str(tmp_path)]) == 1
+    assert main(["--results-dir", str(FIXTURES), "--out", str(tmp_path), "--no-plots",
+                 "--experiment", "fixture_positions"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fixture_positions.csv", "fixture_positions.md", "fixture_positions.tex"]

@@ -1,0 +1,47 @@
+"""Output layers mapping the final hidden state to next-token log-probabilities.
+
+* ``softmax`` -- one linear map to the vocabulary, optionally tied to the input embedding
+  (Press & Wolf 2017), through the factorisation's projection when the embedding is factorised.
+* ``mixture_of_softmaxes`` -- Yang et al. 2018: ``p = sum_k pi_k softmax(h_k W)`` with
+  ``h_k = tanh(P_k h)``, which lifts the softmax bottleneck's rank limit.
+
+Both return log-probabilities (B, T, V); cross-entropy on them is exact since
+``log_softmax(log p) = log p`` for a normalised ``p``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from xformer_bench.models.embedding import TokenEmbedding
+
+OUTPUTS = ("softmax", "mixture_of_softmaxes")
+
+
+class OutputHead(nn.Module):
+    def __init__(self, embedding: TokenEmbedding, d_model: int, tie: bool = True,
+                 kind: str = "softmax", components: int = 4):
+        super().__init__()
+        if kind not in OUTPUTS:
+            raise ValueError(f"model.output={kind!r}; choose one of {OUTPUTS}")
+        vocab_size, width = embedding.table.num_embeddings, embedding.table.embedding_dim
+        self.components = components if kind == "mixture_of_softmaxes" else 1
+        if self.components > 1:
+            self.prior = nn.Linear(d_model, self.components, bias=False)
+            self.contexts = nn.Linear(d_model, self.components * d_model)
+        # back to the embedding width when the embedding is factorised
+        self.unproject = (nn.Linear(d_model, width, bias=False) if width != d_model
+                          else nn.Identity())
+        self.vocab = nn.Linear(width, vocab_size, bias=False)
+        if tie:
+            self.vocab.weight = embedding.table.weight
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, V) log-probs
+        if self.components == 1:
+            return self.vocab(self.unproject(h)).log_softmax(-1)
+        b, t, d = h.shape
+        contexts = torch.tanh(self.contexts(h)).view(b, t, self.components, d)  # (B, T, K, D)
+        log_p = self.vocab(self.unproject(contexts)).log_softmax(-1)  # (B, T, K, V)
+        log_prior = self.prior(h).log_softmax(-1).unsqueeze(-1)  # (B, T, K, 1)
+        return torch.logsumexp(log_prior + log_p, dim=2)  # (B, T, V)

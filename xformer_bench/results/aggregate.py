@@ -1,0 +1,166 @@
+"""Variants -> a :class:`Table` in the shape of Narang et al. (2021) Table 1.
+
+Columns: Params (and Active params when a routed layer makes them differ), Ops (FLOPs per
+step), Step/s, Early loss, Final loss, one test metric per dataset present, Seeds.  Only
+finished runs are averaged; a variant with none shows its status instead.  Params, Ops,
+Step/s, the losses and Seeds come from the dataset with the most runs (ties:
+:data:`metrics.METRICS` order) -- the pre-training task of the survey.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from xformer_bench.results.metrics import Metric, dataset_order, metrics_for
+from xformer_bench.results.record import STATUSES
+from xformer_bench.results.table import Cell, Column, Row, Table
+from xformer_bench.results.variants import Variant, data_of
+
+LOSS_KEY = "val/loss"
+Extract = Callable[[dict[str, Any]], Any]
+
+
+def summarize(values: list[float]) -> Cell:
+    """Mean and sample standard deviation (ddof=1); no std for a single value."""
+    if not values:
+        return Cell()
+    array = np.asarray(values, dtype=float)
+    std = float(np.std(array, ddof=1)) if array.size > 1 else None
+    return Cell(mean=float(np.mean(array)), std=std, n=int(array.size))
+
+
+def status_text(runs: list[dict[str, Any]]) -> str:
+    """The statuses of runs none of which finished: 'diverged' or 'diverged/failed'."""
+    present = {r["status"] for r in runs}
+    return "/".join(s for s in STATUSES if s in present)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def measured(runs: list[dict[str, Any]], extract: Extract) -> Cell:
+    """Mean ± std of ``extract`` over the finished runs; their status when none finished."""
+    if not runs:
+        return Cell()
+    finished = [r for r in runs if r["status"] == "finished"]
+    if not finished:
+        return Cell(text=status_text(runs))
+    values = [v for v in (_finite(extract(r)) for r in finished) if v is not None]
+    return summarize(values)
+
+
+def configured(runs: list[dict[str, Any]], key: str) -> Cell:
+    """A property of the configuration (params, FLOPs): any run's value, finished first."""
+    ordered = sorted(runs, key=lambda r: r["status"] != "finished")
+    for run in ordered:
+        value = _finite(run.get(key))
+        if value is not None:
+            return Cell(mean=value, n=1)
+    return Cell()
+
+
+def _metric_value(metric: Metric) -> Extract:
+    def extract(record: dict[str, Any]) -> Any:
+        value = (record.get("test") or {}).get(metric.key)
+        return value * metric.scale if _finite(value) is not None else None
+
+    return extract
+
+
+def _loss_at(point: str) -> Extract:
+    return lambda record: (record.get(point) or {}).get(LOSS_KEY)
+
+
+def _seeds(runs: list[dict[str, Any]]) -> Cell:
+    if not runs:
+        return Cell()
+    finished = sum(r["status"] == "finished" for r in runs)
+    return Cell(text=str(finished) if finished == len(runs) else f"{finished}/{len(runs)}")
+
+
+def datasets_of(variants: list[Variant]) -> list[str]:
+    """The experiment's datasets, the one with most runs (the pre-training task) first."""
+    counts = Counter(data_of(r) for v in variants for r in v.records)
+    return sorted(dataset_order(counts), key=lambda d: -counts[d])  # stable: ties keep order
+
+
+def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], str]:
+    """The columns, the metric behind each metric column, and the loss columns' dataset."""
+    records = [r for v in variants for r in v.records]
+    datasets = datasets_of(variants)
+    metrics = [m for d in datasets
+               for m in metrics_for(d, [k for r in records if data_of(r) == d
+                                        for k in (r.get("test") or {})])]
+    routed = any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
+                 for r in records)
+    columns = [
+        Column("params", "Params", kind="si"),
+        *([Column("active_params", "Active params", kind="si")] if routed else []),
+        Column("ops", "Ops", kind="si"),
+        Column("steps_per_sec", "Step/s", digits=2),
+        Column("early_loss", "Early loss", digits=3, higher_is_better=False),
+        Column("final_loss", "Final loss", digits=3, higher_is_better=False),
+        *(Column(m.column_key, m.title, digits=m.digits, higher_is_better=m.higher_is_better)
+          for m in metrics),
+        Column("seeds", "Seeds", kind="text"),
+    ]
+    return columns, metrics, (datasets[0] if datasets else "")
+
+
+def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
+            loss_data: str) -> Row:
+    runs = variant.on(loss_data)
+    cell_of: dict[str, Callable[[], Cell]] = {
+        "params": lambda: configured(runs, "params"),
+        "active_params": lambda: configured(runs, "active_params"),
+        "ops": lambda: configured(runs, "flops_per_step"),
+        "steps_per_sec": lambda: measured(runs, lambda r: r.get("steps_per_sec")),
+        "early_loss": lambda: measured(runs, _loss_at("early")),
+        "final_loss": lambda: measured(runs, _loss_at("final")),
+        "seeds": lambda: _seeds(runs),
+    }
+    for m in metrics:
+        cell_of[m.column_key] = lambda m=m: measured(variant.on(m.data), _metric_value(m))
+    statuses = Counter(r["status"] for r in runs)
+    return Row(label=variant.label, key=variant.key,
+               cells=tuple(cell_of[c.key]() for c in columns),
+               finished=statuses["finished"], total=len(runs),
+               statuses=";".join(f"{s}={statuses[s]}" for s in STATUSES if statuses[s]))
+
+
+def mark_best(columns: list[Column], rows: list[Row]) -> list[Row]:
+    """Bold the best shown value of each metric column (ties at shown precision all bold)."""
+    cells = [list(row.cells) for row in rows]
+    for j, column in enumerate(columns):
+        if column.higher_is_better is None:
+            continue
+        shown = {i: round(c[j].mean, column.digits) for i, c in enumerate(cells)
+                 if c[j].mean is not None}
+        if len(shown) < 2:
+            continue
+        best = max(shown.values()) if column.higher_is_better else min(shown.values())
+        for i, value in shown.items():
+            if value == best:
+                cells[i][j] = replace(cells[i][j], bold=True)
+    return [replace(row, cells=tuple(c)) for row, c in zip(rows, cells)]
+
+
+def build_table(experiment: str, variants: list[Variant]) -> Table:
+    columns, metrics, loss_data = columns_for(variants)
+    rows = mark_best(columns, [row_for(v, columns, metrics, loss_data) for v in variants])
+    labels = [_data_label(r) for v in variants for r in v.on(loss_data)]
+    return Table(experiment=experiment, columns=tuple(columns), rows=tuple(rows),
+                 loss_data=labels[0] if labels else loss_data)
+
+
+def _data_label(record: dict[str, Any]) -> str:
+    node = record["config"].get("data")
+    return str((node.get("label") if isinstance(node, dict) else None) or data_of(record))

@@ -1,0 +1,91 @@
+"""Find the run records under a results folder: load, validate, de-duplicate.
+
+A file that is not a valid record (truncated JSON, missing keys) is reported and skipped; it
+never stops the others from being read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xformer_bench.results.record import SCHEMA_VERSION, validate
+
+
+# What the tables read, beyond the keys ``record.validate`` checks are present.
+SHAPES = {"run_id": str, "experiment": str, "choices": dict, "config": dict, "overrides": list,
+          "early": (dict, type(None)), "final": (dict, type(None)), "test": (dict, type(None)),
+          "history": (list, type(None))}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: Path
+    reason: str
+
+
+@dataclass
+class Collection:
+    records: list[dict[str, Any]] = field(default_factory=list)  # one per run_id, by run_id
+    skipped: list[Skipped] = field(default_factory=list)
+    duplicates: list[Path] = field(default_factory=list)         # older copies left out
+
+    def experiments(self) -> list[str]:
+        return sorted({r["experiment"] for r in self.records})
+
+    def of(self, experiment: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["experiment"] == experiment]
+
+
+def record_paths(results_dir: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
+    """Every ``*.json`` under ``results_dir`` not inside an excluded folder, in path order."""
+    excluded = [p.resolve() for p in exclude]
+    paths = []
+    for path in sorted(Path(results_dir).rglob("*.json")):
+        resolved = path.resolve()
+        if any(resolved.is_relative_to(folder) for folder in excluded):
+            continue
+        paths.append(path)
+    return paths
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """The record in ``path``; ``ValueError`` naming what is wrong otherwise."""
+    try:
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"unreadable JSON ({error})") from error
+    if not isinstance(payload, dict):
+        raise ValueError(f"a JSON {type(payload).__name__}, not a run record")
+    validate(payload)
+    if payload["schema"] != SCHEMA_VERSION:
+        raise ValueError(f"schema {payload['schema']!r}, this reader knows {SCHEMA_VERSION}")
+    for key, kinds in SHAPES.items():
+        if not isinstance(payload.get(key), kinds):
+            raise ValueError(f"{key!r} is a {type(payload.get(key)).__name__}")
+    return payload
+
+
+def collect(results_dir: Path, exclude: tuple[Path, ...] = ()) -> Collection:
+    """Read every record; for a run_id seen twice keep the newest ``finished_at``."""
+    found = Collection()
+    newest: dict[str, tuple[tuple[str, str], dict[str, Any], Path]] = {}
+    for path in record_paths(results_dir, exclude):
+        try:
+            record = read_record(path)
+        except ValueError as error:
+            found.skipped.append(Skipped(path, str(error)))
+            continue
+        rank = (str(record.get("finished_at") or ""), str(path))
+        kept = newest.get(record["run_id"])
+        if kept is None or rank > kept[0]:
+            if kept is not None:
+                found.duplicates.append(kept[2])
+            newest[record["run_id"]] = (rank, record, path)
+        else:
+            found.duplicates.append(path)
+    found.records = [newest[run_id][1] for run_id in sorted(newest)]
+    found.duplicates.sort()
+    return found

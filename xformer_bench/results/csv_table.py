@@ -1,0 +1,35 @@
+"""A :class:`Table` as CSV: full-precision numbers, a mean and a std column per measure."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from xformer_bench.results.table import Column, Table
+
+
+def render(table: Table) -> str:
+    facets = list(dict.fromkeys(name for row in table.rows for name, _ in row.key))
+    numeric = [c for c in table.columns if c.kind != "text"]
+    header = ["variant", *facets, *(k for c in numeric for k in _names(c)),
+              "seeds_finished", "seeds_total", "statuses"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for row in table.rows:
+        key = dict(row.key)
+        cells = {c.key: cell for c, cell in zip(table.columns, row.cells)}
+        values = [_number(getattr(cells[c.key], field))
+                  for c in numeric for field in ("mean", "std")[:len(_names(c))]]
+        writer.writerow([row.label, *(key.get(f, "") for f in facets), *values,
+                         row.finished, row.total, row.statuses])
+    return out.getvalue()
+
+
+def _names(column: Column) -> tuple[str, ...]:
+    """A measured column has a mean and a std; a configuration property (si) one value."""
+    return (column.key,) if column.kind == "si" else (column.key, f"{column.key}_std")
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else repr(value)

@@ -1,0 +1,55 @@
+"""results/ -> per experiment ``<out>/<experiment>.{tex,md,csv}`` and plots (``make table``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from xformer_bench.results import csv_table, latex, markdown
+from xformer_bench.results.aggregate import build_table
+from xformer_bench.results.collect import collect
+from xformer_bench.results.variants import group_variants, repeated_seeds
+
+RENDERERS = {"md": markdown.render, "tex": latex.render, "csv": csv_table.render}
+
+
+class UnknownExperimentError(LookupError):
+    """An experiment was asked for that no record belongs to."""
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (),
+                plots: bool = True, log: Callable[[str], None] = _stderr) -> list[Path]:
+    """Write the tables (and plots) of ``experiments`` (default: all); return the files."""
+    results_dir, out_dir = Path(results_dir), Path(out_dir)
+    found = collect(results_dir, exclude=(out_dir, results_dir / "tables"))
+    for skipped in found.skipped:
+        log(f"skipped {skipped.path}: {skipped.reason}")
+    for path in found.duplicates:
+        log(f"skipped {path}: an older record of the same run_id")
+    unknown = sorted(set(experiments) - set(found.experiments()))
+    if unknown:
+        raise UnknownExperimentError(
+            f"no records for experiment(s) {unknown} under {results_dir}; "
+            f"found {found.experiments()}")
+    written: list[Path] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for experiment in sorted(experiments or found.experiments()):
+        variants = group_variants(found.of(experiment))
+        for warning in repeated_seeds(variants):
+            log(f"warning: {experiment}: {warning}")
+        table = build_table(experiment, variants)
+        base = out_dir / experiment.replace("/", "_")
+        for suffix, render in RENDERERS.items():
+            path = base.with_name(f"{base.name}.{suffix}")
+            path.write_text(render(table), encoding="utf-8", newline="\n")
+            written.append(path)
+        if plots:
+            from xformer_bench.results.plots import write_plots
+
+            written += write_plots(table, variants, base)
+    return written

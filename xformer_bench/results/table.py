@@ -1,0 +1,92 @@
+"""A comparison table as data (columns, rows of cells) and the cell text every format shares.
+
+The renderers (:mod:`markdown`, :mod:`latex`, :mod:`csv_table`) differ only in a
+:class:`Style`: how "missing", "±" and bold are written and how text is escaped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SI_PREFIXES = ((12, "T"), (9, "G"), (6, "M"), (3, "K"))
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    title: str
+    kind: str = "number"                  # number | si (params, FLOPs) | text (seeds)
+    digits: int = 3
+    higher_is_better: bool | None = None  # None: not a metric, never bold
+
+
+@dataclass(frozen=True)
+class Cell:
+    mean: float | None = None
+    std: float | None = None              # None with one value: shown as the mean alone
+    n: int = 0
+    text: str | None = None               # shown instead of a number ("diverged", "2/3")
+    bold: bool = False
+
+    @property
+    def missing(self) -> bool:
+        return self.mean is None and self.text is None
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    key: tuple[tuple[str, str], ...]
+    cells: tuple[Cell, ...]               # one per column
+    finished: int
+    total: int
+    statuses: str                         # "diverged=1;finished=2"
+
+
+@dataclass(frozen=True)
+class Table:
+    experiment: str
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]
+    loss_data: str                        # label of the dataset the loss columns come from
+
+
+@dataclass(frozen=True)
+class Style:
+    missing: str
+    plus_minus: str
+    bold: Callable[[str], str]
+    escape: Callable[[str], str]
+
+
+def si(value: float) -> str:
+    """826112 -> '826K', 23353884672 -> '23.4G' (three significant digits)."""
+    rounded = float(f"{value:.3g}")
+    for exponent, prefix in SI_PREFIXES:
+        if abs(rounded) >= 10**exponent:
+            return f"{rounded / 10**exponent:.3g}{prefix}"
+    return f"{rounded:.3g}"
+
+
+def number(value: float, column: Column) -> str:
+    return si(value) if column.kind == "si" else f"{value:.{column.digits}f}"
+
+
+def cell_text(cell: Cell, column: Column, style: Style) -> str:
+    if cell.text is not None:
+        body = style.escape(cell.text)
+    elif cell.mean is None:
+        return style.missing
+    else:
+        body = number(cell.mean, column)
+        if cell.std is not None:
+            body += style.plus_minus + number(cell.std, column)
+    return style.bold(body) if cell.bold else body
+
+
+def caption(table: Table, plus_minus: str, missing: str) -> str:
+    return (f"{table.experiment}: mean{plus_minus}std (sample) over finished seeds; "
+            f"Seeds: finished/total runs on {table.loss_data}; early/final loss: validation "
+            f"loss on {table.loss_data} at 1/8 and at the end of training; "
+            f"best per metric in bold; {missing}: not measured.")

@@ -1,0 +1,126 @@
+"""Group an experiment's records into variants: the rows of its table.
+
+A row is keyed by what VARIES across the experiment: the component groups (model, attention,
+norm, activation, position, ffn, ...) whose choice differs between records, plus any other
+override (``optim.lr=1e-3``) that differs, so two configurations are never averaged as seeds.
+The dataset is not part of the key: each dataset is a column.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from xformer_bench.results.record import CHOICE_GROUPS
+
+# Every group that shapes the model; the data is a column, trainer and logger are plumbing.
+ROW_GROUPS = tuple(g for g in CHOICE_GROUPS if g not in ("data", "trainer", "logger"))
+# Overrides that never make a different variant: where files go, how it is logged, the seed.
+NEUTRAL_OVERRIDE_ROOTS = ("seed", "experiment", "experiment_name", "paths", "logger", "hydra")
+
+Key = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Variant:
+    key: Key                          # ((group or override key, choice or value), ...)
+    label: str
+    records: tuple[dict[str, Any], ...]  # sorted by (data, seed, run_id)
+
+    def on(self, data: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if data_of(r) == data]
+
+    def finished_on(self, data: str) -> list[dict[str, Any]]:
+        return [r for r in self.on(data) if r["status"] == "finished"]
+
+
+def data_of(record: dict[str, Any]) -> str:
+    return str(record["choices"].get("data") or record["config"].get("data", {}).get("name"))
+
+
+def extra_overrides(record: dict[str, Any]) -> dict[str, str]:
+    """Overrides other than group choices and neutral keys, as ``{key: value}``."""
+    extras = {}
+    for override in record.get("overrides") or []:
+        key, _, value = str(override).lstrip("+~").partition("=")
+        if key in CHOICE_GROUPS or key.split(".")[0] in NEUTRAL_OVERRIDE_ROOTS:
+            continue
+        extras[key] = value
+    return extras
+
+
+def _facets(record: dict[str, Any]) -> dict[str, str]:
+    facets = {g: str(record["choices"].get(g) or "") for g in ROW_GROUPS}
+    facets.update(extra_overrides(record))
+    return facets
+
+
+def varying_facets(records: list[dict[str, Any]]) -> list[str]:
+    """Row groups that differ across records (in group order), then differing override keys."""
+    facets = [_facets(r) for r in records]
+    names = list(ROW_GROUPS) + sorted({k for f in facets for k in f} - set(ROW_GROUPS))
+    return [n for n in names if len({f.get(n, "") for f in facets}) > 1]
+
+
+def label_of(record: dict[str, Any], key: Key) -> str:
+    """The groups' YAML labels (else choice names) and the overrides it sets, joined; the
+    model's label when nothing tells it apart."""
+    parts = [_group_label(record, name) if name in ROW_GROUPS else f"{name}={value}"
+             for name, value in key if value or name in ROW_GROUPS]
+    return ", ".join(parts) or _group_label(record, "model")
+
+
+def _group_label(record: dict[str, Any], group: str) -> str:
+    node = record["config"].get(group)
+    label = node.get("label") if isinstance(node, dict) else None
+    return str(label or record["choices"].get(group) or group)
+
+
+def sweep_order(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The experiment's declared sweep (``config.sweep: {group: [options]}``), if any."""
+    for record in sorted(records, key=lambda r: r["run_id"]):
+        sweep = record["config"].get("sweep")
+        if isinstance(sweep, dict):
+            return {str(k): [str(v).strip() for v in (vals.split(",") if isinstance(vals, str)
+                                                       else vals)]
+                    for k, vals in sweep.items() if isinstance(vals, (str, list))}
+    return {}
+
+
+def group_variants(records: list[dict[str, Any]]) -> list[Variant]:
+    """The experiment's variants, in sweep order when declared, else by label."""
+    varying = varying_facets(records)
+    by_key: dict[Key, list[dict[str, Any]]] = {}
+    for record in records:
+        facets = _facets(record)
+        by_key.setdefault(tuple((n, facets.get(n, "")) for n in varying), []).append(record)
+    sweep = sweep_order(records)
+    variants = []
+    for key, members in by_key.items():
+        members.sort(key=lambda r: (data_of(r), _seed_order(r["seed"]), r["run_id"]))
+        variants.append(Variant(key, label_of(members[0], key), tuple(members)))
+
+    def position(variant: Variant) -> tuple:
+        ranks = tuple(sweep[n].index(v) if v in sweep.get(n, []) else len(sweep.get(n, []))
+                      for n, v in variant.key)
+        return ranks, variant.label, variant.key
+
+    return sorted(variants, key=position)
+
+
+def _seed_order(seed: Any) -> tuple[bool, float, str]:
+    number = isinstance(seed, (int, float)) and not isinstance(seed, bool)
+    return not number, float(seed) if number else 0.0, str(seed)
+
+
+def repeated_seeds(variants: list[Variant]) -> list[str]:
+    """Warnings for a seed run twice in one variant: configurations the key cannot tell apart."""
+    warnings = []
+    for variant in variants:
+        counts = Counter((data_of(r), str(r["seed"])) for r in variant.records)
+        for (data, seed), n in sorted(counts.items()):
+            if n > 1:
+                warnings.append(f"{variant.label!r} has {n} runs of seed {seed} on {data} "
+                                f"(different configurations averaged as seeds?)")
+    return warnings
