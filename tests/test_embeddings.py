@@ -24,7 +24,8 @@ def test_factorised_embedding_has_v_by_e_plus_e_by_d_parameters():
     emb = TokenEmbedding(256, 64, embedding_dim=16)
     assert sum(p.numel() for p in emb.parameters()) == 256 * 16 + 16 * 64
     tokens = torch.tensor([[3, 7]])
-    torch.testing.assert_close(emb(tokens), emb.table.weight[tokens] @ emb.project.weight.T)
+    expected = emb.table.weight[tokens] @ emb.project.weight.T * 64**0.5  # times sqrt(D)
+    torch.testing.assert_close(emb(tokens), expected)
 
 
 def test_tied_head_shares_the_embedding_matrix_and_untied_does_not(tiny_dims):
@@ -43,7 +44,8 @@ def test_mixture_of_softmaxes_is_a_normalised_mixture_computed_by_hand():
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2, 5))
     prior = (h @ head.prior.weight.T).softmax(-1)  # (B, T, K)
     contexts = torch.tanh(h @ head.contexts.weight.T + head.contexts.bias).view(2, 5, 3, 8)
-    expected = (prior.unsqueeze(-1) * (contexts @ emb.table.weight.T).softmax(-1)).sum(2)
+    logits = contexts @ emb.table.weight.T
+    expected = (prior.unsqueeze(-1) * logits.softmax(-1)).sum(2)
     torch.testing.assert_close(log_p.exp(), expected, atol=1e-6, rtol=1e-5)
 
 

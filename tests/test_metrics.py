@@ -48,11 +48,11 @@ def test_validation_bpb_equals_reference_over_the_whole_split(n_val):
     assert metrics["val/loss"] / math.log(2) == pytest.approx(metrics["val/bpb"], rel=1e-6)
 
 
-def test_untrained_model_is_near_uniform():
+def test_untrained_untied_model_is_near_uniform():
     torch.manual_seed(0)
     dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=32)
     model = TransformerLM(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
-                          {"name": "none"}).eval()
+                          {"name": "none"}, tie_embeddings=False).eval()
     data = np.random.default_rng(1).integers(0, 256, 500).astype(np.uint8)
     bpb, _ = _reference_bpb(model, data, 32)
     assert abs(bpb - 8.0) < 0.1

@@ -51,21 +51,23 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(shared or make_block(i) for i in range(dims.n_layers))
         # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
-        self.head = OutputHead(self.embedding, dims.d_model, tie=False, kind=output,
+        self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
                                components=mos_components)
         self._init_weights()
         for block in self.blocks[: 1 if share_blocks else None]:  # Fixup's branch re-init
             block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
-        if tie_embeddings:  # tie after init so the shared matrix keeps the embedding's init
-            self.head.vocab.weight = self.embedding.table.weight
 
     def _init_weights(self) -> None:
-        """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 L)."""
+        """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 L); the
+        token table N(0, 1/D) so that, times sqrt(D), token vectors have unit scale like the
+        sinusoidal positions (Vaswani et al. 2017)."""
         residual_std = 0.02 / math.sqrt(2 * self.dims.n_layers)
         for name, p in self.named_parameters():
             if name.startswith("position."):
                 continue
-            if p.dim() >= 2:
+            if name == "embedding.table.weight":
+                nn.init.normal_(p, std=p.shape[1] ** -0.5)
+            elif p.dim() >= 2:
                 std = residual_std if name.endswith(("out.weight", "down.weight")) else 0.02
                 nn.init.normal_(p, std=std)
             elif name.endswith(".bias") and "norm" not in name:
