@@ -8,7 +8,7 @@ ARGS       ?=
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.xbench-installed
 
-.PHONY: help install run test test-full table clean
+.PHONY: help install run test test-full study table clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ test: install  ## the test suite (CPU, offline, < 10 min)
 
 test-full: install  ## every test, slow ones included
 	$(BIN)/python -m pytest -q -m ""
+
+study: install  ## a whole study: make study EXPERIMENT=narang_activations (finished runs are skipped)
+	$(BIN)/xbench -m experiment=$(EXPERIMENT) $(ARGS)
 
 table: install  ## results/ -> LaTeX/Markdown/CSV tables + plots in results/tables/
 	$(BIN)/python -m xformer_bench.results --results-dir results --out results/tables

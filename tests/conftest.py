@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", XBENCH_OFFLINE="1",
-                  WANDB_MODE="offline", WANDB_SILENT="true", TOKENIZERS_PARALLELISM="false")
+                  WANDB_MODE="offline", WANDB_SILENT="true", TOKENIZERS_PARALLELISM="false",
+                  OMP_NUM_THREADS="1")  # tiny models: threads only add contention
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -264,7 +264,8 @@ def test_changing_a_future_token_leaves_the_past_unchanged(name, tiny_dims):
     changed[:, t + 1] = (changed[:, t + 1] + 1) % 256
     with torch.no_grad():
         before, after = model(tokens), model(changed)  # (B, T, V) each
-    torch.testing.assert_close(before[:, :t + 1], after[:, :t + 1], atol=0, rtol=0)
+    # regrouping tokens per expert reorders float sums: equal up to rounding, not bitwise
+    torch.testing.assert_close(before[:, :t + 1], after[:, :t + 1], atol=1e-5, rtol=1e-5)
     assert not torch.allclose(before[:, t + 1:], after[:, t + 1:])
 
 

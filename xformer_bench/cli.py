@@ -1,11 +1,14 @@
-"""``xbench``: the Hydra entry point.  Thin: composes the config, hands it to :mod:`run`."""
+"""``xbench``: the Hydra entry point.  Thin: composes the config, hands each job to ``run_job``."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
+import traceback
 import warnings
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -18,22 +21,62 @@ def _main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from xformer_bench.errors import XbenchError
-    from xformer_bench.run import execute
-
     hydra_cfg = HydraConfig.get()
-    config = OmegaConf.to_container(cfg, resolve=True)
+    return run_job(OmegaConf.to_container(cfg, resolve=True), dict(hydra_cfg.runtime.choices),
+                   list(hydra_cfg.overrides.task), Path(hydra_cfg.runtime.output_dir),
+                   multirun=hydra_cfg.mode == RunMode.MULTIRUN)
+
+
+def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], run_dir: Path,
+            multirun: bool) -> float | None:
+    """One job: skipped when already finished (``skip_completed``), else trained and recorded.
+
+    A failure prints one ``error:`` line; it ends a single run with a non-zero exit status
+    (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``).
+    """
+    from xformer_bench.errors import XbenchError
+    from xformer_bench.run import execute, finished_record
+
+    if config.get("skip_completed"):
+        done = finished_record(config, choices)
+        if done is not None:
+            print(f"[xbench] skip {done['run_id']}: already finished")
+            return (done.get("final") or {}).get("val/bpb")
     try:
-        record = execute(config, dict(hydra_cfg.runtime.choices), list(hydra_cfg.overrides.task),
-                         Path(hydra_cfg.runtime.output_dir))
+        record = execute(config, choices, overrides, run_dir)
     except XbenchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            return None  # recorded (if it ran at all); the sweep goes on
-        sys.exit(2)
-    _report(record)
-    final = record.get("final") or {}
-    return final.get("val/bpb")
+        status, message, details = 2, str(error), _recorded_as(config, choices, run_dir)
+    except Exception as error:  # noqa: BLE001 -- recorded by execute; reported here
+        status, message = 1, f"{type(error).__name__}: {error}"
+        details = [*_recorded_as(config, choices, run_dir),
+                   f"traceback: {_save_traceback(run_dir)}"]
+    else:
+        _report(record)
+        return (record.get("final") or {}).get("val/bpb")
+    print(f"error: {message}" + (f" ({'; '.join(details)})" if details else ""), file=sys.stderr)
+    if not multirun:
+        sys.exit(status)
+    return None  # the sweep goes on
+
+
+def _save_traceback(run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "error.log"
+    log.write_text(traceback.format_exc())
+    return log
+
+
+def _recorded_as(config: dict[str, Any], choices: dict[str, str], run_dir: Path) -> list[str]:
+    """``["recorded as <status>: <path>"]`` when this very run wrote a record, else ``[]``."""
+    from xformer_bench.results import record as records
+    from xformer_bench.run import results_path
+
+    path = results_path(config, records.run_identity(config, choices))
+    try:
+        record = records.load(path)
+    except (OSError, ValueError):
+        return []
+    return [f"recorded as {record['status']}: {path}"] if record["run_dir"] == str(run_dir) else []
 
 
 def _report(record: dict) -> None:
@@ -46,16 +89,45 @@ def _report(record: dict) -> None:
     )
 
 
+def _missing_launcher(argv: list[str]) -> str | None:
+    """The one-line fix when a submitit launcher is asked for but its plugin is not installed."""
+    choice = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra/launcher=")), "")
+    if not choice.startswith("submitit"):
+        return None
+    try:
+        installed = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
+    except ModuleNotFoundError:
+        installed = False
+    return None if installed else (f"hydra/launcher={choice} needs hydra-submitit-launcher: "
+                                   "pip install 'xformer_bench[slurm]'")
+
+
 def _quiet_libraries() -> None:
     """Keep the terminal for xbench's own lines and the progress bar."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric.utilities.rank_zero").setLevel(logging.WARNING)
+    logging.getLogger("lightning").propagate = False  # it has its own handler: no line twice
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # Evaluation sums bytes and nats with torchmetrics across ranks before dividing.
+    warnings.filterwarnings("ignore", message=".*sync_dist=True.*when logging on epoch level.*")
+    # conf/hydra/launcher/submitit_slurm.yaml sets the plugin's schema of the same name.
+    warnings.filterwarnings("ignore", message="(?s).*validated against ConfigStore schema")
 
 
 def main() -> None:
+    from xformer_bench.training.spawned_ranks import spawned_job
+
     _quiet_libraries()
+    job = spawned_job()
+    if job is not None:  # a DDP rank Lightning started: the parent's job, not a new one
+        from xformer_bench.run import execute
+
+        execute(**job)
+        return
+    problem = _missing_launcher(sys.argv[1:])
+    if problem:
+        sys.exit(f"error: {problem}")
     _main()
 
 

@@ -12,6 +12,7 @@ import torch
 
 from xformer_bench.errors import DivergedError, XbenchError
 from xformer_bench.results import record as records
+from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
 
 
 def _peak_memory() -> tuple[float, str]:
@@ -27,17 +28,10 @@ def _build_datamodule(config: dict[str, Any]):
 
 
 def _build_task(config: dict[str, Any], datamodule):
-    from xformer_bench.models.dims import ModelDims
-    from xformer_bench.models.transformer_lm import TransformerLM
+    from xformer_bench.models.build import build_model
     from xformer_bench.tasks.lm import LanguageModelTask
 
-    m = config["model"]
-    dims = ModelDims(d_model=m["d_model"], n_heads=m["n_heads"], n_layers=m["n_layers"],
-                     d_ff=m["d_ff"], seq_len=config["data"]["seq_len"],
-                     vocab_size=datamodule.vocab_size, dropout=m["dropout"])
-    model = TransformerLM(dims, config["attention"], config["norm"], config["activation"],
-                          config["position"], ffn=config["ffn"], norm_placement=m["norm_placement"],
-                          tie_embeddings=m["tie_embeddings"])
+    model = build_model(config, datamodule.vocab_size)
     return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"])
 
 
@@ -45,6 +39,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     import lightning as L
 
     from xformer_bench.models.flops import training_step_flops
+    from xformer_bench.training.loggers import build_loggers, close_loggers
     from xformer_bench.training.throughput import Throughput
     from xformer_bench.training.trainer import build_trainer
     from xformer_bench.training.validation_history import ValidationHistory
@@ -53,23 +48,22 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     datamodule = _build_datamodule(config)
     task = _build_task(config, datamodule)
     seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
-    sample = torch.zeros(1, seq_len, dtype=torch.long)
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()
     record["flops_per_step"] = training_step_flops(
-        lambda x: task.model(x).float().logsumexp(-1).mean(), sample, batch_size
-    ) * config["trainer"]["accumulate_grad_batches"]
-    task.zero_grad(set_to_none=True)
-    # The counted step ran dropout: re-seed so training starts from the same random state.
-    L.seed_everything(config["seed"], workers=True, verbose=False)
+        task.model, seq_len, batch_size) * config["trainer"]["accumulate_grad_batches"]
 
     tokens_per_step = seq_len * batch_size * config["trainer"]["accumulate_grad_batches"]
     throughput, history = Throughput(tokens_per_step), ValidationHistory()
-    trainer = build_trainer(config["trainer"], config["logger"], [throughput, history], run_dir)
+    loggers = build_loggers(config["logger"], run_dir, record)
+    trainer = build_trainer(config["trainer"], loggers, [throughput, history], run_dir)
+    record["flops_per_step"] *= trainer.world_size  # each rank trains on its own batch
+    completed = False
     try:
         trainer.fit(task, datamodule=datamodule)
         test = trainer.test(task, datamodule=datamodule, verbose=False)
         record["test"] = test[0] if test else None
+        completed = True
     finally:
         max_steps = config["trainer"]["max_steps"]
         record.update(
@@ -81,6 +75,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
             history=history.points,
             eval_bytes=dict(task.evaluated_bytes),
         )
+        close_loggers(loggers, failed=not completed)
 
 
 def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str],
@@ -105,7 +100,8 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     }
     started = time.perf_counter()
     try:
-        _train(config, record, run_dir)
+        with shared_with_spawned_ranks(config, choices, overrides, run_dir):
+            _train(config, record, run_dir)
         record["status"] = "finished"
     except DivergedError as error:
         record.update(status="diverged", error=str(error))
@@ -127,14 +123,31 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     return record
 
 
+def results_path(config: dict[str, Any], run_id: str) -> Path:
+    """Where the record of ``run_id`` goes: ``<results_dir>/<experiment_name>/<run_id>.json``."""
+    return Path(config["paths"]["results_dir"]) / config["experiment_name"] / f"{run_id}.json"
+
+
+def finished_record(config: dict[str, Any], choices: dict[str, str]) -> dict[str, Any] | None:
+    """The record of this configuration if it already ran to the end, else None.
+
+    Diverged, failed and interrupted runs (and unreadable records) count as not done.
+    """
+    path = results_path(config, records.run_identity(config, choices))
+    try:
+        record = records.load(path)
+    except (OSError, ValueError):
+        return None
+    return record if record["status"] == "finished" else None
+
+
 def write_record(record: dict[str, Any], config: dict[str, Any]) -> Path:
     """Rank zero writes the record to the run directory and to results/<experiment>/."""
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
-    results_path = (Path(config["paths"]["results_dir"]) / record["experiment"]
-                    / f"{record['run_id']}.json")
+    path = results_path(config, record["run_id"])
     if rank_zero_only.rank == 0:
         records.validate(record)
         records.write_json_atomic(Path(record["run_dir"]) / "record.json", record)
-        records.write_json_atomic(results_path, record)
-    return results_path
+        records.write_json_atomic(path, record)
+    return path

@@ -1,7 +1,8 @@
 """Training throughput: optimizer steps per second and tokens per second.
 
 Only training time counts: the intervals that contain a validation are left out, and so is
-the first step (graph warm-up, allocator growth).
+the first step (graph warm-up, allocator growth).  Tokens are counted over all ranks:
+``tokens_per_step`` is one process's share, multiplied by the world size at fit start.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import lightning as L
 class Throughput(L.Callback):
     def __init__(self, tokens_per_step: int, window: int = 20):
         self.tokens_per_step = tokens_per_step
+        self.world_size = 1
         self.recent: deque[float] = deque(maxlen=window)
         self.train_seconds = 0.0
         self.timed_steps = 0
@@ -27,7 +29,10 @@ class Throughput(L.Callback):
 
     @property
     def tokens_per_sec(self) -> float:
-        return self.steps_per_sec * self.tokens_per_step
+        return self.steps_per_sec * self.tokens_per_step * self.world_size
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.world_size = trainer.world_size
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._last is None:
@@ -46,7 +51,7 @@ class Throughput(L.Callback):
         self.timed_steps += 1
         rate = len(self.recent) / sum(self.recent)
         pl_module.log("train/steps_per_sec", rate, prog_bar=True)
-        pl_module.log("train/tokens_per_sec", rate * self.tokens_per_step)
+        pl_module.log("train/tokens_per_sec", rate * self.tokens_per_step * self.world_size)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._last = None  # restart the clock at the next training batch

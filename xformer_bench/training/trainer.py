@@ -6,8 +6,7 @@ import math
 from pathlib import Path
 
 import lightning as L
-
-from xformer_bench.training.loggers import build_loggers
+from lightning.pytorch.loggers import Logger
 
 
 def validation_interval(max_steps: int, val_checks: int) -> int:
@@ -15,7 +14,8 @@ def validation_interval(max_steps: int, val_checks: int) -> int:
     return max(1, math.ceil(max_steps / max(val_checks, 1)))
 
 
-def build_trainer(trainer: dict, logger: dict, callbacks: list[L.Callback], run_dir: Path) -> L.Trainer:
+def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callback],
+                  run_dir: Path) -> L.Trainer:
     t = dict(trainer)
     accumulate = t["accumulate_grad_batches"]
     return L.Trainer(
@@ -37,7 +37,7 @@ def build_trainer(trainer: dict, logger: dict, callbacks: list[L.Callback], run_
         enable_model_summary=False,
         use_distributed_sampler=False,  # the datamodule shards by rank itself
         deterministic=t["deterministic"],
-        logger=build_loggers(logger, run_dir),
+        logger=loggers,
         callbacks=callbacks,
         default_root_dir=str(run_dir),
     )
