@@ -12,6 +12,7 @@ import yaml
 from torch import nn
 
 from conftest import compose_config
+from xformer_bench.errors import ConfigError
 from xformer_bench.cli import CONF_DIR
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import PLACEMENTS, Block
@@ -186,7 +187,7 @@ def test_fixup_zeroes_output_layers_and_scales_the_others():
     for name in ("up", "gate"):
         torch.testing.assert_close(branch[name].weight, before[f"{name}.weight"] / 3)
         torch.testing.assert_close(branch[name].bias, before[f"{name}.bias"])  # vectors untouched
-    with pytest.raises(ValueError, match="no residual output layer"):
+    with pytest.raises(ConfigError, match="no residual output"):
         Fixup().init_residual_branch(nn.Linear(4, 4), n_branches=9, depth=2)
 
 

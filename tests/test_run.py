@@ -69,3 +69,14 @@ def test_record_validation_rejects_missing_keys_and_unknown_status(tmp_path):
         records.validate(complete)
     path = records.write_json_atomic(tmp_path / "r.json", complete | {"status": "failed"})
     assert records.load(Path(path))["status"] == "failed"
+
+
+def test_resuming_from_a_checkpoint_gives_the_same_result(tmp_path):
+    options = ("trainer.checkpoint=true", "trainer.val_checks=2")
+    straight = run_tiny(tmp_path / "a", *options)
+    halfway = tmp_path / "a" / "run" / "checkpoints" / "step-8.ckpt"
+    assert halfway.is_file() and (halfway.parent / "last.ckpt").is_file()
+    resumed = run_tiny(tmp_path / "b", *options, f"resume={halfway}")
+    assert resumed["run_id"] == straight["run_id"] and resumed["steps"] == 16
+    assert resumed["final"] == straight["final"]
+    assert resumed["test"] == straight["test"]

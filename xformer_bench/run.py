@@ -60,7 +60,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     record["flops_per_step"] *= trainer.world_size  # each rank trains on its own batch
     completed = False
     try:
-        trainer.fit(task, datamodule=datamodule)
+        trainer.fit(task, datamodule=datamodule, ckpt_path=config["resume"])
         test = trainer.test(task, datamodule=datamodule, verbose=False)
         record["test"] = test[0] if test else None
         completed = True

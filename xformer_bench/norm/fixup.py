@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from xformer_bench.errors import ConfigError
 from xformer_bench.norm import Norm, ResidualScale
 from xformer_bench.registry import NORM
 
@@ -61,9 +62,9 @@ class Fixup(Norm):
     def init_residual_branch(self, branch: nn.Module, *, n_branches: int, depth: int) -> None:
         scale = fixup_scale(n_branches, depth)
         if not any(_is_residual_output(name) for name, _ in branch.named_parameters()):
-            raise ValueError(
-                f"norm=fixup: {type(branch).__name__} has no residual output layer named "
-                f"{' or '.join(RESIDUAL_OUTPUTS)} to zero-initialise"
+            raise ConfigError(
+                f"norm=fixup cannot initialise {type(branch).__name__}: it has no residual output "
+                f"layer named {' or '.join(RESIDUAL_OUTPUTS)} to zero; choose another norm or ffn"
             )
         for name, p in branch.named_parameters():
             if _is_residual_output(name):

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 1
 STATUSES = ("finished", "diverged", "failed", "interrupted")
 CHOICE_GROUPS = ("model", "attention", "norm", "activation", "position", "ffn", "data", "trainer",
                  "logger")
-IDENTITY_EXCLUDED = ("paths", "logger")
+IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed")
 
 REQUIRED_KEYS = (
     "schema", "run_id", "experiment", "status", "error", "choices", "overrides", "seed",

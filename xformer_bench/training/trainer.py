@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 
@@ -18,6 +19,11 @@ def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callba
                   run_dir: Path) -> L.Trainer:
     t = dict(trainer)
     accumulate = t["accumulate_grad_batches"]
+    interval = validation_interval(t["max_steps"], t["val_checks"])
+    if t["checkpoint"]:  # at every validation, kept, plus last.ckpt: `resume=...` continues one
+        callbacks = [*callbacks, ModelCheckpoint(
+            dirpath=run_dir / "checkpoints", filename="step-{step}", auto_insert_metric_name=False,
+            every_n_train_steps=interval, save_top_k=-1, save_last=True)]
     return L.Trainer(
         accelerator=t["accelerator"],
         devices=t["devices"],
@@ -27,7 +33,7 @@ def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callba
         max_steps=t["max_steps"],
         accumulate_grad_batches=accumulate,
         gradient_clip_val=t["gradient_clip_val"] or None,
-        val_check_interval=validation_interval(t["max_steps"], t["val_checks"]) * accumulate,
+        val_check_interval=interval * accumulate,
         check_val_every_n_epoch=None,
         limit_val_batches=t["limit_val_batches"],
         num_sanity_val_steps=0,
