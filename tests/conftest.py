@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", XBENCH_OFFLINE="1",
                   WANDB_MODE="offline", WANDB_SILENT="true", TOKENIZERS_PARALLELISM="false",
@@ -46,3 +49,13 @@ def run_tiny(tmp_path, *overrides: str) -> dict:
     choices = {g: config[g]["name"] for g in ("model", "attention", "norm", "activation",
                                               "position", "data")}
     return execute(config, choices, list(overrides), tmp_path / "run")
+
+
+XBENCH = [sys.executable, "-m", "xformer_bench.cli"]
+
+
+def xbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`xbench ARGS` as a user runs it, in ``cwd``, with datasets looked for in cwd/data."""
+    env = dict(os.environ, XBENCH_DATA_DIR=str(cwd / "data"))
+    return subprocess.run([*XBENCH, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)

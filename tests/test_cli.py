@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 from conftest import TINY_RUN
-
-XBENCH = [sys.executable, "-m", "xformer_bench.cli"]
-
-
-def _xbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, XBENCH_DATA_DIR=str(cwd / "data"))
-    return subprocess.run([*XBENCH, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+from conftest import xbench as _xbench
 
 
 def test_help_lists_every_group_and_its_options(tmp_path):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from conftest import TINY_RUN, run_tiny
-from test_cli import _xbench
+from conftest import xbench as _xbench
 from xformer_bench.cli import CONF_DIR
 from xformer_bench.results import record as records
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_RUN, compose_config
-from test_cli import XBENCH, _xbench
+from conftest import XBENCH
+from conftest import xbench as _xbench
 from xformer_bench.cli import run_job
 from xformer_bench.results import record as records
 
