@@ -15,11 +15,11 @@ help:  ## list the targets
 
 install: $(STAMP)  ## create .venv with torch (CPU by default) and xbench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,slurm]"
 	touch $(STAMP)
 
 run: install  ## train the default experiment (offline, ~2 min on a laptop CPU); ARGS="key=value ..."
