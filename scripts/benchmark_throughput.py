@@ -17,10 +17,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from xformer_bench.cli import CONF_DIR
+from xformer_bench.config import compose_config
 from xformer_bench.models.build import build_model
 from xformer_bench.models.flops import training_step_flops
 
@@ -35,8 +33,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = parser.parse_args()
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        config = OmegaConf.to_container(compose("config", overrides=args.overrides), resolve=True)
+    config = compose_config(*args.overrides)
     seq_len, batch = config["data"]["seq_len"], config["data"]["batch_size"]
     torch.manual_seed(config["seed"])
     model = build_model(config, vocab_size=256).to(args.device)

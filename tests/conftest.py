@@ -13,20 +13,11 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", XBENCH_OFFLINE="1
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
-from xformer_bench.cli import CONF_DIR  # noqa: E402
+from xformer_bench.config import compose_config  # noqa: E402,F401 -- tests import it from here
 from xformer_bench.models.dims import ModelDims  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
-
-
-def compose_config(*overrides: str) -> dict:
-    """The resolved config the CLI would build for these overrides."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 @pytest.fixture

@@ -46,8 +46,9 @@ GATED = {  # name -> the nonlinearity applied to the gate
 }
 
 
-def _affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return torch.einsum("btd,hd->bth", x, weight) + bias  # (B, T, H)
+def _affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    y = torch.einsum("btd,hd->bth", x, weight)  # (B, T, H)
+    return y if bias is None else y + bias
 
 
 def reference_feedforward(name: str, ffn: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -55,8 +56,8 @@ def reference_feedforward(name: str, ffn: torch.nn.Module, x: torch.Tensor) -> t
     if name in GATED:
         h = ffn.hidden
         weight, bias = ffn.gate_up.weight, ffn.gate_up.bias
-        gate = _affine(x, weight[:h], bias[:h])  # (B, T, h)  x W
-        value = _affine(x, weight[h:], bias[h:])  # (B, T, h)  x V
+        gate = _affine(x, weight[:h], None if bias is None else bias[:h])  # (B, T, h)  x W
+        value = _affine(x, weight[h:], None if bias is None else bias[h:])  # (B, T, h)  x V
         hidden = GATED[name](gate) * value
     else:
         hidden = ELEMENTWISE[name](_affine(x, ffn.up.weight, ffn.up.bias))  # (B, T, F)
@@ -73,10 +74,12 @@ def test_registry_modules_and_yaml_agree():
     assert modules == yamls == set(ACTIVATION.names())
 
 
+@pytest.mark.parametrize("bias", [False, True], ids=["yaml", "with_bias"])
 @pytest.mark.parametrize("name", sorted(ELEMENTWISE) + sorted(GATED))
-def test_feedforward_matches_reference(name, tiny_dims):
+def test_feedforward_matches_reference(name, bias, tiny_dims):
     torch.manual_seed(0)
-    ffn = ACTIVATION.build(_yaml(name), dims=tiny_dims).double()
+    spec = {**_yaml(name), "bias": True} if bias and name in GATED else _yaml(name)
+    ffn = ACTIVATION.build(spec, dims=tiny_dims).double()
     assert isinstance(ffn, GatedFeedForward if name in GATED else FeedForward)
     for p in ffn.parameters():  # wide pre-activations reach both sides of every kink
         torch.nn.init.normal_(p, std=0.5)
@@ -113,8 +116,24 @@ def test_gated_parameter_count_matches_dense(name, d_model, d_ff):
     gated = ACTIVATION.build(_yaml(name), dims=dims)
     hidden = round(d_ff * 2 / 3)
     assert gated.hidden == hidden
-    assert _count(gated) == 3 * d_model * hidden + 2 * hidden + d_model
+    assert _count(gated) == 3 * d_model * hidden  # bias-free, as Shazeer (2020) defines it
     assert abs(_count(gated) - dense) / dense < 0.01
+    with_bias = ACTIVATION.build({**_yaml(name), "bias": True}, dims=dims)
+    assert _count(with_bias) == 3 * d_model * hidden + 2 * hidden + d_model
+
+
+@pytest.mark.parametrize("name", sorted(GATED))
+def test_gated_layers_are_bias_free_by_default(name, tiny_dims):
+    ffn = ACTIVATION.build(_yaml(name), dims=tiny_dims)
+    assert ffn.gate_up.bias is None and ffn.down.bias is None
+
+
+def test_liglu_is_a_bilinear_form(tiny_dims):
+    """``W2 (W x * V x)`` is homogeneous of degree 2: f(a x) = a^2 f(x) (not with biases)."""
+    torch.manual_seed(0)
+    ffn = ACTIVATION.build(_yaml("liglu"), dims=tiny_dims).double()
+    x = torch.randn(2, 3, tiny_dims.d_model, dtype=torch.float64)
+    torch.testing.assert_close(ffn(3 * x), 9 * ffn(x))
 
 
 def test_d_ff_scale_one_keeps_full_width(tiny_dims):
@@ -122,7 +141,7 @@ def test_d_ff_scale_one_keeps_full_width(tiny_dims):
     ffn = ACTIVATION.build(spec, dims=tiny_dims)
     d_model, d_ff = tiny_dims.d_model, tiny_dims.d_ff
     assert ffn.hidden == d_ff
-    assert _count(ffn) == 3 * d_model * d_ff + 2 * d_ff + d_model
+    assert _count(ffn) == 3 * d_model * d_ff
 
 
 def test_d_ff_scale_too_small_is_an_error(tiny_dims):

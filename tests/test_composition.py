@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import compose_config
-from xformer_bench.cli import CONF_DIR
+from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
 
@@ -19,7 +19,8 @@ GROUPS = ("model", "attention", "norm", "activation", "position", "ffn")
 OPTIONS = {g: sorted(p.stem for p in (CONF_DIR / g).glob("*.yaml")) for g in GROUPS}
 SMALL = ("data.seq_len=16", "model.d_model=32", "model.n_heads=2", "model.d_ff=64")
 # Declared incompatibilities: building them is a one-line ConfigError before training.
-INCOMPATIBLE = [{"norm": "fixup", "ffn": "product_key_memory"}]
+INCOMPATIBLE = [{"norm": "fixup", "ffn": "product_key_memory"},
+                {"norm": "powernorm", "model": "shared_blocks"}]
 
 
 def _combinations(n_random: int = 12, seed: int = 0) -> list[dict[str, str]]:

@@ -185,8 +185,7 @@ def test_aux_loss_is_added_to_the_training_loss(name, tiny_dims):
 
 def _expert_params(activation: dict, d: int, f: int) -> int:
     if activation["name"] == "swiglu":
-        h = round(f * 2 / 3)
-        return 3 * d * h + 2 * h + d
+        return 3 * d * round(f * 2 / 3)  # bias-free (Shazeer 2020)
     return 2 * d * f + f + d
 
 

@@ -13,9 +13,10 @@ from torch import nn
 
 from conftest import compose_config
 from xformer_bench.errors import ConfigError
-from xformer_bench.cli import CONF_DIR
+from xformer_bench.config import CONF_DIR
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import PLACEMENTS, Block
+from xformer_bench.models.build import build_model
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.norm.fixup import Fixup, fixup_scale
 from xformer_bench.norm.rmsnorm import RMSNorm
@@ -127,6 +128,13 @@ def test_powernorm_layer_scale_running_quadratic_mean_and_update():
     frozen = norm.running_quadratic_mean.clone()
     norm.eval()(x)
     torch.testing.assert_close(norm.running_quadratic_mean, frozen)  # evaluation does not update
+
+
+def test_powernorm_refuses_shared_blocks():
+    """One running statistic updated at every depth would mix the depths: a ConfigError."""
+    with pytest.raises(ConfigError, match="share_blocks.*running statistic.*PowerNorm"):
+        build_model(compose_config("norm=powernorm", "model=shared_blocks"), vocab_size=256)
+    build_model(compose_config("norm=rmsnorm", "model=shared_blocks"), vocab_size=256)
 
 
 def test_powernorm_lm_stays_causal_in_training_mode(tiny_dims):

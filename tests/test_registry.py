@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from conftest import compose_config
-from xformer_bench.cli import CONF_DIR
+from xformer_bench.config import CONF_DIR
 from xformer_bench.registry import REGISTRIES, UnknownVariantError
 
 COMPONENT_GROUPS = ["attention", "norm", "activation", "position", "ffn", "data"]

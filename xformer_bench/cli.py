@@ -13,7 +13,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from xformer_bench.config import CONF_DIR
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

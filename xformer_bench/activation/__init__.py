@@ -6,6 +6,9 @@ Two shapes cover every variant; a variant file names its activation and picks on
 * :class:`FeedForward` -- ``W2 act(W1 x)`` (Vaswani et al. 2017);
 * :class:`GatedFeedForward` -- ``W2 (act(W x) * V x)``, the gated linear units of
   Dauphin et al. (2017) as generalised by Shazeer (2020), "GLU Variants Improve Transformer".
+  Shazeer defines them without biases (``FFN_GEGLU(x, W, V, W2) = (GELU(xW) * xV) W2``); so do
+  the GLU YAMLs (``bias: false``), which also keeps LiGLU a bilinear form.  ``bias: true``
+  adds a bias to ``W``, ``V`` and ``W2``.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ class GatedFeedForward(nn.Module):
 
     The hidden width is ``round(d_ff * d_ff_scale)``; the gate ``W`` and the value ``V``
     projections are fused into one matrix ``gate_up`` (gate rows first, then value rows),
-    so the input is read once.
+    so the input is read once.  Bias-free by default, as in Shazeer (2020): with
+    ``d_ff_scale`` 2/3 it has ``3 D round(2 d_ff / 3)`` parameters against the dense layer's
+    ``2 D d_ff + d_ff + D``: the dense layer's biases, about ``1 / (2 D)`` of its count.
     """
 
     def __init__(
@@ -48,6 +53,7 @@ class GatedFeedForward(nn.Module):
         dims: ModelDims,
         act: Callable[[torch.Tensor], torch.Tensor],
         d_ff_scale: float = PARAM_MATCHED_SCALE,
+        bias: bool = False,
     ):
         super().__init__()
         self.hidden = round(dims.d_ff * d_ff_scale)
@@ -56,8 +62,8 @@ class GatedFeedForward(nn.Module):
                 f"activation.d_ff_scale={d_ff_scale} with model.d_ff={dims.d_ff} "
                 "leaves no hidden units"
             )
-        self.gate_up = nn.Linear(dims.d_model, 2 * self.hidden)
-        self.down = nn.Linear(self.hidden, dims.d_model)
+        self.gate_up = nn.Linear(dims.d_model, 2 * self.hidden, bias=bias)
+        self.down = nn.Linear(self.hidden, dims.d_model, bias=bias)
         self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)

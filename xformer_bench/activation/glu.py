@@ -9,5 +9,6 @@ from xformer_bench.registry import ACTIVATION
 
 
 @ACTIVATION.register("glu")
-def build(dims: ModelDims, d_ff_scale: float = PARAM_MATCHED_SCALE) -> GatedFeedForward:
-    return GatedFeedForward(dims, torch.sigmoid, d_ff_scale)
+def build(dims: ModelDims, d_ff_scale: float = PARAM_MATCHED_SCALE,
+          bias: bool = False) -> GatedFeedForward:
+    return GatedFeedForward(dims, torch.sigmoid, d_ff_scale, bias)

@@ -13,5 +13,6 @@ def identity(x: torch.Tensor) -> torch.Tensor:
 
 
 @ACTIVATION.register("liglu")
-def build(dims: ModelDims, d_ff_scale: float = PARAM_MATCHED_SCALE) -> GatedFeedForward:
-    return GatedFeedForward(dims, identity, d_ff_scale)
+def build(dims: ModelDims, d_ff_scale: float = PARAM_MATCHED_SCALE,
+          bias: bool = False) -> GatedFeedForward:
+    return GatedFeedForward(dims, identity, d_ff_scale, bias)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.init import mark_initialised
 from xformer_bench.registry import FFN
 
 
@@ -36,8 +37,25 @@ class ProductKeyMemory(nn.Module):
         self.num_keys, self.heads, self.topk, self.key_dim = num_keys, heads, topk, key_dim
         self.query = nn.Linear(dims.d_model, heads * key_dim)
         self.sub_keys = nn.Parameter(torch.empty(heads, 2, num_keys, key_dim // 2))
-        nn.init.normal_(self.sub_keys, std=(key_dim // 2) ** -0.5)
         self.values = nn.EmbeddingBag(num_keys**2, dims.d_model, mode="sum")
+        self.reset_parameters(dims.d_model)
+
+    @torch.no_grad()
+    def reset_parameters(self, d_model: int) -> None:
+        """The authors' scales, kept from the model-wide default (marked):
+
+        * sub-keys uniform in +-(key_dim/2)^-1/2, "the same initialisation as nn.Linear" in
+          the authors' code;
+        * values N(0, d^-1/2), as in the authors' code;
+        * query weights N(0, d^-1/2), biases 0: on a normalised input (unit RMS) the queries
+          then start at unit variance, the scale the paper's query batch norm gives them.
+        """
+        bound = (self.key_dim // 2) ** -0.5
+        nn.init.uniform_(self.sub_keys, -bound, bound)
+        nn.init.normal_(self.values.weight, std=d_model ** -0.5)
+        nn.init.normal_(self.query.weight, std=d_model ** -0.5)
+        nn.init.zeros_(self.query.bias)
+        mark_initialised(self.values.weight, self.query.weight, self.query.bias)
 
     @property
     def memory_size(self) -> int:

@@ -14,6 +14,8 @@ import math
 import torch
 from torch import nn
 
+from xformer_bench.models.init import mark_initialised
+
 
 class TokenEmbedding(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, embedding_dim: int | None = None):
@@ -22,6 +24,13 @@ class TokenEmbedding(nn.Module):
         self.table = nn.Embedding(vocab_size, embedding_dim if factorised else d_model)
         self.project = nn.Linear(embedding_dim, d_model, bias=False) if factorised else nn.Identity()
         self.scale = math.sqrt(d_model)
+        # token vectors of unit scale after the sqrt(D) multiplier, factorised or not:
+        # table N(0, 1/width); projection N(0, 1/D), so E * (1/E) * (1/D) = 1/D per coordinate
+        nn.init.normal_(self.table.weight, std=self.table.embedding_dim ** -0.5)
+        mark_initialised(self.table.weight)
+        if factorised:
+            nn.init.normal_(self.project.weight, std=d_model ** -0.5)
+            mark_initialised(self.project.weight)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, D)
         return self.project(self.table(tokens)) * self.scale

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from xformer_bench.errors import ConfigError
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.embedding import TokenEmbedding
+from xformer_bench.models.init import init_weights
 from xformer_bench.models.output_head import OutputHead
 from xformer_bench.registry import ATTENTION, FFN, NORM, POSITION
+
+
+def refuse_shared_running_statistics(block: nn.Module) -> None:
+    """A shared block must not keep running statistics (persistent buffers that training
+    updates, e.g. PowerNorm's): applied at every depth, it would average all depths' statistics
+    into one, which no layer of an unshared model sees."""
+    for name, _ in block.named_buffers():
+        owner = block.get_submodule(name.rpartition(".")[0])
+        if name.rpartition(".")[2] not in owner._non_persistent_buffers_set:
+            raise ConfigError(
+                f"model.share_blocks=true would mix every depth into one running statistic "
+                f"({type(owner).__name__}.{name.rpartition('.')[2]}); choose another norm or "
+                "model.share_blocks=false")
 
 
 class TransformerLM(nn.Module):
@@ -48,30 +62,16 @@ class TransformerLM(nn.Module):
         )
         # Block sharing (Dehghani et al. 2019; Lan et al. 2020): one block applied L times.
         shared = make_block(0) if share_blocks else None
+        if shared is not None:
+            refuse_shared_running_statistics(shared)
         self.blocks = nn.ModuleList(shared or make_block(i) for i in range(dims.n_layers))
         # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
                                components=mos_components)
-        self._init_weights()
+        init_weights(self, dims.n_layers)
         for block in self.blocks[: 1 if share_blocks else None]:  # Fixup's branch re-init
             block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
-
-    def _init_weights(self) -> None:
-        """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 L); the
-        token table N(0, 1/D) so that, times sqrt(D), token vectors have unit scale like the
-        sinusoidal positions (Vaswani et al. 2017)."""
-        residual_std = 0.02 / math.sqrt(2 * self.dims.n_layers)
-        for name, p in self.named_parameters():
-            if name.startswith("position."):
-                continue
-            if name == "embedding.table.weight":
-                nn.init.normal_(p, std=p.shape[1] ** -0.5)
-            elif p.dim() >= 2:
-                std = residual_std if name.endswith(("out.weight", "down.weight")) else 0.02
-                nn.init.normal_(p, std=std)
-            elif name.endswith(".bias") and "norm" not in name:
-                nn.init.zeros_(p)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) log-probs
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)

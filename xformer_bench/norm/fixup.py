@@ -28,12 +28,9 @@ import torch
 from torch import nn
 
 from xformer_bench.errors import ConfigError
+from xformer_bench.models.init import RESIDUAL_OUTPUTS
 from xformer_bench.norm import Norm, ResidualScale
 from xformer_bench.registry import NORM
-
-RESIDUAL_OUTPUTS = ("out", "down")
-"""Names of the layers that write a branch's result back to the residual stream."""
-
 
 def _is_residual_output(parameter_name: str) -> bool:
     owner_and_name = parameter_name.split(".")[-2:]  # ("out", "weight") or ("down",)

@@ -1,0 +1,91 @@
+"""Initialisation: no builder's own initialisation is overwritten by the model-wide default,
+and the scales the papers ask for survive the model build (issue 7's review findings)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from xformer_bench.config import CONF_DIR, compose_config
+from xformer_bench.models import block as block_module
+from xformer_bench.models import transformer_lm
+from xformer_bench.models.build import build_model
+from xformer_bench.models.init import STANDARD_LAYERS, default_initialised, init_weights
+
+GROUPS = ("attention", "norm", "activation", "position", "ffn", "model")
+VARIANTS = [(g, p.stem) for g in GROUPS for p in sorted((CONF_DIR / g).glob("*.yaml"))]
+SMALL = ("data.seq_len=16", "model.d_model=32", "model.n_heads=2", "model.d_ff=64")
+
+
+def at_torch_default(module: nn.Module, name: str, p: torch.Tensor) -> bool:
+    """Whether ``p`` still looks drawn from PyTorch's default for its layer: U(+-1/sqrt(fan_in))
+    for Linear weights and biases, N(0, 1) for embedding tables (a builder's zeros, constants
+    or other scales fail)."""
+    if isinstance(module, nn.Linear):
+        bound = 1 / math.sqrt(module.in_features)
+        return bool(p.abs().max() <= bound * (1 + 1e-6) and p.std() > 0.5 * bound / math.sqrt(3))
+    return bool(0.7 < p.std() < 1.3)  # nn.Embedding, nn.EmbeddingBag
+
+
+def _built_without_the_default(monkeypatch, group: str, name: str) -> nn.Module:
+    """The model as its builders leave it: the model-wide default and Fixup's re-init off."""
+    monkeypatch.setattr(transformer_lm, "init_weights", lambda model, n_layers: None)
+    monkeypatch.setattr(block_module.Block, "init_residual_branches", lambda self, n_branches: None)
+    torch.manual_seed(0)
+    return build_model(compose_config(f"{group}={name}", *SMALL), vocab_size=256)
+
+
+@pytest.mark.parametrize("group,name", VARIANTS, ids=[f"{g}={n}" for g, n in VARIANTS])
+def test_the_default_touches_only_standard_layers_left_at_torch_defaults(monkeypatch, group, name):
+    model = _built_without_the_default(monkeypatch, group, name)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    defaulted = {n for n, _ in default_initialised(model)}
+    owners = dict(model.named_modules())
+    for n in defaulted:
+        owner = owners[n.rpartition(".")[0]]
+        assert isinstance(owner, STANDARD_LAYERS)
+        assert at_torch_default(owner, n, before[n]), (
+            f"{n} was initialised by its builder but is not marked: the model-wide default "
+            "would overwrite it (call models.init.mark_initialised)")
+    init_weights(model, n_layers=2)
+    for n, p in model.named_parameters():
+        if n not in defaulted:
+            assert torch.equal(p, before[n]), f"{n}: its builder's initialisation was overwritten"
+
+
+def test_a_marked_or_raw_parameter_survives_the_default():
+    layer = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    layer.raw = nn.Parameter(torch.full((3, 3), 7.0))
+    nn.init.constant_(layer[1].weight, 5.0)
+    from xformer_bench.models.init import mark_initialised
+
+    mark_initialised(layer[1].weight)
+    init_weights(layer, n_layers=1)
+    assert torch.all(layer.raw == 7.0) and torch.all(layer[1].weight == 5.0)
+    assert layer[0].weight.std() < 0.05 and torch.all(layer[1].bias == 0)  # defaults applied
+
+
+def test_product_key_memory_keeps_the_authors_scales():
+    torch.manual_seed(0)
+    model = build_model(compose_config("ffn=product_key_memory"), vocab_size=256)
+    memory, d_model = model.blocks[0].feedforward, model.dims.d_model
+    bound = (memory.key_dim // 2) ** -0.5  # sub-keys U(+-(key_dim/2)^-1/2), as nn.Linear
+    assert memory.sub_keys.abs().max() <= bound
+    assert memory.sub_keys.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+    assert memory.values.weight.std().item() == pytest.approx(d_model ** -0.5, rel=0.05)
+    # on normalised inputs the top-k softmax is not uniform at initialisation (was 0.1265, k = 8)
+    x = model.blocks[0].norms["feedforward"]["input"](torch.randn(1024, d_model))
+    scores, _ = memory.lookup(x)
+    assert scores.softmax(-1).amax(-1).mean() > 0.15
+
+
+@pytest.mark.parametrize("embedding_dim", [None, 16])
+def test_token_vectors_have_unit_scale_at_initialisation(embedding_dim):
+    torch.manual_seed(0)
+    config = compose_config(f"model.embedding_dim={embedding_dim or 'null'}")
+    model = build_model(config, vocab_size=256)
+    vectors = model.embedding(torch.arange(256))  # (V, D)
+    assert vectors.pow(2).mean().sqrt().item() == pytest.approx(1.0, abs=0.1)
