@@ -32,7 +32,7 @@ def at_torch_default(module: nn.Module, name: str, p: torch.Tensor) -> bool:
 
 def _built_without_the_default(monkeypatch, group: str, name: str) -> nn.Module:
     """The model as its builders leave it: the model-wide default and Fixup's re-init off."""
-    monkeypatch.setattr(transformer_lm, "init_weights", lambda model, n_layers: None)
+    monkeypatch.setattr(transformer_lm, "init_weights", lambda *args: None)
     monkeypatch.setattr(block_module.Block, "init_residual_branches", lambda self, n_branches: None)
     torch.manual_seed(0)
     return build_model(compose_config(f"{group}={name}", *SMALL), vocab_size=256)
@@ -50,7 +50,7 @@ def test_the_default_touches_only_standard_layers_left_at_torch_defaults(monkeyp
         assert at_torch_default(owner, n, before[n]), (
             f"{n} was initialised by its builder but is not marked: the model-wide default "
             "would overwrite it (call models.init.mark_initialised)")
-    init_weights(model, n_layers=2)
+    init_weights(model, d_model=32, n_layers=2)
     for n, p in model.named_parameters():
         if n not in defaulted:
             assert torch.equal(p, before[n]), f"{n}: its builder's initialisation was overwritten"
@@ -63,9 +63,10 @@ def test_a_marked_or_raw_parameter_survives_the_default():
     from xformer_bench.models.init import mark_initialised
 
     mark_initialised(layer[1].weight)
-    init_weights(layer, n_layers=1)
+    unmarked = layer[0].weight.detach().clone()
+    init_weights(layer, d_model=4, n_layers=1)
     assert torch.all(layer.raw == 7.0) and torch.all(layer[1].weight == 5.0)
-    assert layer[0].weight.std() < 0.05 and torch.all(layer[1].bias == 0)  # defaults applied
+    assert not torch.equal(layer[0].weight, unmarked) and torch.all(layer[1].bias == 0)
 
 
 def test_product_key_memory_keeps_the_authors_scales():
@@ -83,9 +84,32 @@ def test_product_key_memory_keeps_the_authors_scales():
 
 
 @pytest.mark.parametrize("embedding_dim", [None, 16])
-def test_token_vectors_have_unit_scale_at_initialisation(embedding_dim):
+def test_token_vectors_have_the_same_scale_factorised_or_not(embedding_dim):
+    """RMS D^-1/2 (Vaswani's unit-scale tokens divided by sqrt(D)); the factorised table used
+    to start at 0.22 of the unfactorised scale."""
     torch.manual_seed(0)
     config = compose_config(f"model.embedding_dim={embedding_dim or 'null'}")
     model = build_model(config, vocab_size=256)
     vectors = model.embedding(torch.arange(256))  # (V, D)
-    assert vectors.pow(2).mean().sqrt().item() == pytest.approx(1.0, abs=0.1)
+    rms = vectors.pow(2).mean().sqrt().item() * math.sqrt(model.dims.d_model)
+    assert rms == pytest.approx(1.0, abs=0.1)
+
+
+def test_sinusoids_keep_vaswanis_ratio_to_the_tokens():
+    """Token RMS : position RMS = 1 : 1/sqrt(2), as with Vaswani's sqrt(D)-scaled embeddings."""
+    torch.manual_seed(0)
+    model = build_model(compose_config("position=sinusoidal"), vocab_size=256)
+    tokens = model.embedding(torch.arange(128)[None])  # (1, T, D)
+    positions = model.position.embed(torch.zeros_like(tokens))  # (1, T, D)
+    ratio = positions.pow(2).mean().sqrt() / tokens.pow(2).mean().sqrt()
+    assert ratio.item() == pytest.approx(2 ** -0.5, rel=0.1)
+
+
+def test_the_default_scales_with_width_and_depth():
+    """GPT-NeoX: SmallInit sqrt(2/(5d)) for matrices, 2/(L sqrt(d)) for residual outputs."""
+    torch.manual_seed(0)
+    model = build_model(compose_config("model.d_model=256", "model.n_layers=8"), vocab_size=256)
+    attention, ffn = model.blocks[0].attention, model.blocks[0].feedforward
+    assert attention.qkv.weight.std().item() == pytest.approx((2 / (5 * 256)) ** 0.5, rel=0.02)
+    for residual_output in (attention.out.weight, ffn.down.weight):
+        assert residual_output.std().item() == pytest.approx(2 / (8 * 16), rel=0.02)

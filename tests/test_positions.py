@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from xformer_bench.attention.full import FullAttention
-from xformer_bench.cli import CONF_DIR
+from xformer_bench.config import CONF_DIR
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.transformer_lm import TransformerLM
@@ -258,3 +258,13 @@ def test_relative_attention_matches_explicit_softmax(tiny_dims: ModelDims):
     shared = build("relative", tiny_dims, shared_across_layers=True)
     assert sum(p.numel() for p in shared.parameters()) == (2 * 16 + 1) * dh  # default k = 16
     torch.testing.assert_close(shared.bias(t, t, 0, query=q), shared.bias(t, t, 1, query=q))
+
+
+def test_sinusoidal_is_vaswanis_formula_divided_by_sqrt_d():
+    dims = ModelDims(d_model=8, n_heads=2, n_layers=1, d_ff=16, seq_len=5)
+    table = build("sinusoidal", dims).embed(torch.zeros(1, 5, 8))[0]  # (T, D)
+    for p in range(5):
+        for i in range(4):
+            angle = p / 10000 ** (2 * i / 8)
+            assert table[p, 2 * i].item() == pytest.approx(math.sin(angle) / math.sqrt(8), abs=1e-6)
+            assert table[p, 2 * i + 1].item() == pytest.approx(math.cos(angle) / math.sqrt(8), abs=1e-6)

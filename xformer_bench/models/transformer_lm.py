@@ -69,7 +69,7 @@ class TransformerLM(nn.Module):
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
                                components=mos_components)
-        init_weights(self, dims.n_layers)
+        init_weights(self, dims.d_model, dims.n_layers)
         for block in self.blocks[: 1 if share_blocks else None]:  # Fixup's branch re-init
             block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
 
