@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[dev,slurm]"
+	$(BIN)/pip install -q -e ".[dev,slurm,bench]"
 	touch $(STAMP)
 
 run: install  ## train the default experiment (offline, ~2 min on a laptop CPU); ARGS="key=value ..."

@@ -3,6 +3,7 @@
     pip install x-transformers                      # the optional peer
     python scripts/compare_baseline.py corpus.txt   # 3 seeds each, prints mean ± std
     python scripts/compare_baseline.py corpus.txt --steps 200 --seeds 0 -- model.tie_embeddings=false
+    python scripts/compare_baseline.py --merge a.json b.json   # summarise runs made in parts
 
 Both models train through xbench's own training path -- the same ``LanguageModelTask``
 (AdamW, warm-up and schedule from ``optim``, gradient clipping from ``trainer``), the same
@@ -97,15 +98,31 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.4f} ± {std:.4f}"
 
 
+def summarise(runs: list[dict], note: str) -> None:
+    print(f"\n{'system':<16}{'params':>10}  {'val bpb':>17}  {'test bpb':>17}  steps/s")
+    for system in dict.fromkeys(r["system"] for r in runs):
+        mine = [r for r in runs if r["system"] == system]
+        print(f"{system:<16}{mine[0]['params']:>10,}  {mean_std([r['val_bpb'] for r in mine]):>17}"
+              f"  {mean_std([r['test_bpb'] for r in mine]):>17}"
+              f"  {statistics.mean(r['steps_per_sec'] for r in mine):.2f}"
+              f"   (seeds {', '.join(str(r['seed']) for r in mine)}; {note})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", help="a text file (byte-level, split 90/5/5 by position)")
+    parser.add_argument("path", nargs="?", help="a text file (byte-level, split 90/5/5 by position)")
     parser.add_argument("overrides", nargs="*", help="extra xbench overrides (after --)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--json", type=Path, help="write every run's numbers here")
-    args = parser.parse_args()
+    parser.add_argument("--merge", type=Path, nargs="+", help="summarise --json files instead")
+    args = parser.parse_intermixed_args()
+    if args.merge:
+        summarise([r for f in args.merge for r in json.loads(f.read_text())["runs"]], "merged")
+        return
+    if not args.path:
+        parser.error("give a text file, or --merge FILES")
     base = [
         "model=vanilla", "position=learned", "activation=gelu", "data=text",
         f"data.path={Path(args.path).resolve()}", "model.d_model=256", "model.n_layers=4",
@@ -119,16 +136,10 @@ def main() -> None:
         for system in args.systems:
             runs.append(train_once(system, config))
             print(json.dumps(runs[-1]), flush=True)
-    print(f"\n{'system':<16}{'params':>10}  {'val bpb':>17}  {'test bpb':>17}  steps/s")
-    for system in args.systems:
-        mine = [r for r in runs if r["system"] == system]
-        print(f"{system:<16}{mine[0]['params']:>10,}  {mean_std([r['val_bpb'] for r in mine]):>17}"
-              f"  {mean_std([r['test_bpb'] for r in mine]):>17}"
-              f"  {statistics.mean(r['steps_per_sec'] for r in mine):.2f}"
-              f"   ({len(mine)} seeds, {args.steps} steps, {' '.join(args.overrides) or 'defaults'})")
+    summarise(runs, f"{args.steps} steps, {' '.join(args.overrides) or 'defaults'}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"args": vars(args) | {"path": args.path, "json": str(args.json)},
+        args.json.write_text(json.dumps({"args": {**vars(args), "json": str(args.json), "merge": None},
                                          "runs": runs}, indent=1))
 
 
