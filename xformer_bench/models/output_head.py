@@ -4,8 +4,9 @@
   table (Press & Wolf 2017).  When the embedding is factorised (V x E table, E -> D
   projection), the head first maps D -> E with its own matrix ``unproject`` (not the
   transpose of the embedding's projection) and then applies the E x V table, as ALBERT's
-  output layer does (Lan et al. 2020).  (T5's E^-1/2 logit rescaling for tied heads was measured here to slow early
-  learning on real text: 3.87 against 3.53 bpb after 150 steps, so it is not applied.)
+  output layer does (Lan et al. 2020).  (T5's E^-1/2 logit rescaling for tied heads was
+  measured here, with the earlier unit-scale embeddings, to slow early learning on real text:
+  3.87 against 3.53 bpb after 150 steps, so it is not applied.)
 * ``mixture_of_softmaxes`` -- Yang et al. 2018: ``p = sum_k pi_k softmax(h_k W)`` with
   ``h_k = tanh(P_k h)``, which lifts the softmax bottleneck's rank limit.
 

@@ -22,12 +22,13 @@ def refuse_shared_running_statistics(block: nn.Module) -> None:
     """A shared block must not keep running statistics (persistent buffers that training
     updates, e.g. PowerNorm's): applied at every depth, it would average all depths' statistics
     into one, which no layer of an unshared model sees."""
+    saved = block.state_dict(keep_vars=True)
     for name, _ in block.named_buffers():
-        owner = block.get_submodule(name.rpartition(".")[0])
-        if name.rpartition(".")[2] not in owner._non_persistent_buffers_set:
+        if name in saved:  # persistent: state, not a constant
+            owner = type(block.get_submodule(name.rpartition(".")[0])).__name__
             raise ConfigError(
                 f"model.share_blocks=true would mix every depth into one running statistic "
-                f"({type(owner).__name__}.{name.rpartition('.')[2]}); choose another norm or "
+                f"({owner}.{name.rpartition('.')[2]}); choose another norm or "
                 "model.share_blocks=false")
 
 
