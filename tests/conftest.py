@@ -22,7 +22,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 @pytest.fixture
 def tiny_dims() -> ModelDims:
-    return ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=16)
+    return ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=16, vocab_size=256)
 
 
 TINY_RUN = ("data.size=20000", "data.seq_len=32", "data.batch_size=4", "data.eval_batch_size=16",

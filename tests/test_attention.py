@@ -51,7 +51,7 @@ def _model(attention: str, position: str, dims: ModelDims) -> TransformerLM:
 @pytest.mark.parametrize("position", ["sinusoidal", "none"])
 def test_changing_a_future_token_leaves_the_past_unchanged(attention, position):
     """The causal-leak test: outputs up to t must not depend on token t+1 or later."""
-    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=32)
+    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=32, vocab_size=256)
     model = _model(attention, position, dims)
     tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     for t in (0, 7, 30):
@@ -65,7 +65,7 @@ def test_changing_a_future_token_leaves_the_past_unchanged(attention, position):
 
 @pytest.mark.parametrize("position", POSITION.names())
 def test_every_position_is_causal_with_full_attention(position):
-    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=24)
+    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=24, vocab_size=256)
     model = _model("full", position, dims)
     tokens = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(1))
     changed = tokens.clone()

@@ -42,6 +42,14 @@ def test_unknown_variant_is_a_one_line_error(tmp_path):
     assert "Could not find 'attention/nope'" in result.stderr and "full" in result.stderr
 
 
+def test_unknown_registered_name_is_one_error_line_before_training(tmp_path):
+    result = _xbench(*TINY_RUN, "attention.name=nope", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: unknown attention 'nope'; choose one of: full"]
+    assert "Traceback" not in result.stderr and not (tmp_path / "results").exists()
+
+
 def test_missing_enwik8_offline_is_one_line_and_fast(tmp_path):
     started = time.perf_counter()
     result = _xbench("data=enwik8", cwd=tmp_path)

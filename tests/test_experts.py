@@ -243,9 +243,8 @@ def test_product_key_memory_rejects_bad_sizes(tiny_dims):
 
 
 @pytest.mark.parametrize("path", sorted(FFN_DIR.glob("*.yaml")), ids=lambda p: p.stem)
-def test_yaml_names_label_and_builds(path, tiny_dims):
+def test_every_yaml_builds_with_either_activation_shape(path, tiny_dims):
     spec = yaml.safe_load(path.read_text())
-    assert spec["name"] == path.stem and spec["label"].strip()
     for activation in (RELU, SWIGLU):
         layer = FFN.build(spec, dims=tiny_dims, activation=activation)
         x = torch.randn(2, 3, tiny_dims.d_model)  # (B, T, D)

@@ -34,7 +34,7 @@ def test_validation_bpb_equals_reference_over_the_whole_split(n_val):
     rng = np.random.default_rng(0)
     splits = {s: rng.integers(0, 256, n).astype(np.uint8) for s, n in
               (("train", 2000), ("val", n_val), ("test", 300))}
-    dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=64)
+    dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=64, vocab_size=256)
     model = TransformerLM(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
                           {"name": "sinusoidal"}).eval()
     task = LanguageModelTask(model, optim={}, max_steps=1)
@@ -50,7 +50,7 @@ def test_validation_bpb_equals_reference_over_the_whole_split(n_val):
 
 def test_untrained_untied_model_is_near_uniform():
     torch.manual_seed(0)
-    dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=32)
+    dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=32, vocab_size=256)
     model = TransformerLM(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
                           {"name": "none"}, tie_embeddings=False).eval()
     data = np.random.default_rng(1).integers(0, 256, 500).astype(np.uint8)

@@ -13,9 +13,11 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from xformer_bench.errors import XbenchError
 
-class UnknownVariantError(ValueError):
-    """Raised for a name that no module registered."""
+
+class UnknownVariantError(XbenchError, ValueError):
+    """Raised for a name that no module registered: one ``error:`` line, before training."""
 
 
 class Registry:

@@ -12,7 +12,7 @@ class ModelDims:
     n_layers: int
     d_ff: int
     seq_len: int
-    vocab_size: int = 256
+    vocab_size: int
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
