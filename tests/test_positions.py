@@ -261,3 +261,41 @@ def test_sinusoidal_is_vaswanis_formula_divided_by_sqrt_d():
             angle = p / 10000 ** (2 * i / 8)
             assert table[p, 2 * i].item() == pytest.approx(math.sin(angle) / math.sqrt(8), abs=1e-6)
             assert table[p, 2 * i + 1].item() == pytest.approx(math.cos(angle) / math.sqrt(8), abs=1e-6)
+
+
+# --------------------------------------------------------------------------- beyond seq_len
+
+
+@pytest.mark.parametrize("name", POSITION_NAMES)
+def test_keys_longer_than_queries_and_than_seq_len(name, tiny_dims):
+    """Memory or longer evaluation: 3 * seq_len keys, the queries the last seq_len of them.
+    The bias and the rotation of the short queries are the last rows of the full ones."""
+    torch.manual_seed(0)
+    position = build(name, tiny_dims)
+    t_key, t_query = 3 * tiny_dims.seq_len, tiny_dims.seq_len
+    q = torch.randn(2, tiny_dims.n_heads, t_key, tiny_dims.head_dim)  # (B, H, Tk, Dh)
+    k = torch.randn(2, tiny_dims.n_heads, t_key, tiny_dims.head_dim)  # (B, H, Tk, Dh)
+    full = position.bias(t_key, t_key, query=q)  # (.., Tk, Tk) or None
+    last = position.bias(t_query, t_key, query=q[..., -t_query:, :])  # (.., Tq, Tk) or None
+    if full is not None:
+        torch.testing.assert_close(last, full[..., -t_query:, :])
+    q_full, k_full = position.rotate(q, k)
+    q_last, k_last = position.rotate(q[..., -t_query:, :], k)
+    torch.testing.assert_close(q_last, q_full[..., -t_query:, :])
+    torch.testing.assert_close(k_last, k_full)
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "learned"])
+def test_absolute_positions_beyond_seq_len(name, tiny_dims):
+    position = build(name, tiny_dims, **({"max_len": 4 * tiny_dims.seq_len} if name == "learned" else {}))
+    long = position.embed(torch.zeros(1, 4 * tiny_dims.seq_len, tiny_dims.d_model))  # (1, 4T, D)
+    short = position.embed(torch.zeros(1, tiny_dims.seq_len, tiny_dims.d_model))  # (1, T, D)
+    torch.testing.assert_close(long[:, : tiny_dims.seq_len], short)
+    assert long[0, -1].abs().sum() > 0
+
+
+def test_learned_positions_beyond_their_table_name_the_key(tiny_dims):
+    from xformer_bench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="position.max_len=32"):
+        build("learned", tiny_dims).embed(torch.zeros(1, 2 * tiny_dims.seq_len, tiny_dims.d_model))

@@ -1,10 +1,16 @@
-"""Learned absolute position embeddings (Gehring et al. 2017; GPT)."""
+"""Learned absolute position embeddings (Gehring et al. 2017; GPT).
+
+A table of ``max_len`` rows (``data.seq_len`` when unset): a learned table cannot say
+anything about positions it has no row for, so a longer input is a ConfigError that names
+the key to raise, not a silent wrap-around.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from xformer_bench.errors import ConfigError
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import Position
 from xformer_bench.registry import POSITION
@@ -12,9 +18,14 @@ from xformer_bench.registry import POSITION
 
 @POSITION.register("learned")
 class LearnedPosition(Position):
-    def __init__(self, dims: ModelDims, init_std: float = 0.02):
+    def __init__(self, dims: ModelDims, init_std: float = 0.02, max_len: int | None = None):
         super().__init__()
-        self.table = nn.Parameter(torch.randn(dims.seq_len, dims.d_model) * init_std)  # (T, D)
+        rows = max_len or dims.seq_len
+        self.table = nn.Parameter(torch.randn(rows, dims.d_model) * init_std)  # (max_len, D)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        return x + self.table[: x.shape[1]]
+        t = x.shape[1]
+        if t > len(self.table):
+            raise ConfigError(f"position=learned has {len(self.table)} positions, the input has "
+                              f"{t}: set position.max_len={t} (or more)")
+        return x + self.table[:t]

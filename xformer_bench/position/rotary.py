@@ -20,18 +20,24 @@ class RotaryPosition(Position):
         super().__init__()
         if dims.head_dim % 2:
             raise ValueError(f"rotary position needs an even head_dim, got {dims.head_dim}")
-        self.seq_len = dims.seq_len
         pair_index = torch.arange(0, dims.head_dim, 2).double()  # 2p, (Dh/2,)
         frequencies = base ** (-pair_index / dims.head_dim)  # (Dh/2,)
-        angles = torch.arange(dims.seq_len).double()[:, None] * frequencies  # (T, Dh/2)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)  # (T, Dh/2)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)  # (T, Dh/2)
+        self.frequencies = frequencies  # (Dh/2,) float64
+        self._tabulate(dims.seq_len)
+
+    def _tabulate(self, length: int) -> None:
+        """cos and sin of the angles of positions 0 .. length - 1 (computed in float64)."""
+        device = getattr(self, "cos", torch.empty(0)).device
+        angles = torch.arange(length).double()[:, None] * self.frequencies  # (T, Dh/2)
+        self.register_buffer("cos", angles.cos().float().to(device), persistent=False)  # (T, Dh/2)
+        self.register_buffer("sin", angles.sin().float().to(device), persistent=False)  # (T, Dh/2)
 
     def rotate_at(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Rotate ``x`` (B, H, T, Dh) whose rows sit at positions ``start .. start + T - 1``."""
+        """Rotate ``x`` (B, H, T, Dh) whose rows sit at positions ``start .. start + T - 1``;
+        positions past the table (memory, longer evaluation) grow it once."""
         t = x.shape[-2]
-        if start + t > self.seq_len:
-            raise ValueError(f"rotary position built for seq_len={self.seq_len}, got {start + t}")
+        if start + t > len(self.cos):
+            self._tabulate(start + t)
         cos = self.cos[start : start + t].to(x.dtype)  # (T, Dh/2)
         sin = self.sin[start : start + t].to(x.dtype)  # (T, Dh/2)
         pairs = x.unflatten(-1, (-1, 2))  # (B, H, T, Dh/2, 2)

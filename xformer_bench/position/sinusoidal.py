@@ -21,12 +21,20 @@ from xformer_bench.registry import POSITION
 class SinusoidalPosition(Position):
     def __init__(self, dims: ModelDims, base: float = 10000.0):
         super().__init__()
-        position = torch.arange(dims.seq_len).unsqueeze(1)  # (T, 1)
-        freq = torch.exp(torch.arange(0, dims.d_model, 2) * (-math.log(base) / dims.d_model))
-        table = torch.zeros(dims.seq_len, dims.d_model)  # (T, D)
+        self.d_model, self.base = dims.d_model, base
+        self.register_buffer("table", self.encodings(dims.seq_len), persistent=False)  # (T, D)
+
+    def encodings(self, length: int) -> torch.Tensor:  # (length, D)
+        d = self.d_model
+        position = torch.arange(length).unsqueeze(1)  # (T, 1)
+        freq = torch.exp(torch.arange(0, d, 2) * (-math.log(self.base) / d))  # (D/2,)
+        table = torch.zeros(length, d)  # (T, D)
         table[:, 0::2] = torch.sin(position * freq)
-        table[:, 1::2] = torch.cos(position * freq[: dims.d_model // 2])
-        self.register_buffer("table", table / math.sqrt(dims.d_model), persistent=False)
+        table[:, 1::2] = torch.cos(position * freq[: d // 2])
+        return table / math.sqrt(d)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        return x + self.table[: x.shape[1]]
+        t = x.shape[1]
+        if t > len(self.table):  # longer than data.seq_len (evaluation, memory): grow once
+            self.table = self.encodings(t).to(self.table.device)
+        return x + self.table[:t].to(x.dtype)

@@ -53,10 +53,8 @@ class T5Position(Position):
         init_std: float = 0.02,
     ):
         super().__init__()
-        self.seq_len = dims.seq_len
-        distances = torch.arange(-(dims.seq_len - 1), dims.seq_len)  # (2T-1,)
-        buckets = relative_position_bucket(distances, bidirectional, num_buckets, max_distance)
-        self.register_buffer("bucket_of_distance", buckets, persistent=False)  # (2T-1,)
+        self.bidirectional, self.num_buckets, self.max_distance = (
+            bidirectional, num_buckets, max_distance)
         self.tables = LayerwiseTable(
             dims.n_layers, shared_across_layers, (num_buckets, dims.n_heads), init_std
         )  # per layer: (num_buckets, H)
@@ -68,8 +66,8 @@ class T5Position(Position):
         layer: int = 0,
         query: torch.Tensor | None = None,
     ) -> torch.Tensor:  # (H, Tq, Tk)
-        if t_key > self.seq_len:
-            raise ValueError(f"t5 position built for seq_len={self.seq_len}, got {t_key} keys")
-        distance = relative_distance(t_query, t_key, self.bucket_of_distance.device)  # (Tq, Tk)
-        buckets = self.bucket_of_distance[distance + self.seq_len - 1]  # (Tq, Tk)
-        return self.tables(layer)[buckets].permute(2, 0, 1)  # (H, Tq, Tk)
+        table = self.tables(layer)  # (num_buckets, H)
+        distance = relative_distance(t_query, t_key, table.device)  # (Tq, Tk), any lengths
+        buckets = relative_position_bucket(distance, self.bidirectional, self.num_buckets,
+                                           self.max_distance)  # (Tq, Tk)
+        return table[buckets].permute(2, 0, 1)  # (H, Tq, Tk)
