@@ -14,10 +14,12 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from xformer_bench.cli import CONF_DIR
+from xformer_bench.config import CONF_DIR
 from xformer_bench.ffn import RoutedExperts, route
 from xformer_bench.ffn.product_key_memory import ProductKeyMemory
+from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
+from xformer_bench.position import Position
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.registry import FFN
 from xformer_bench.tasks.lm import LanguageModelTask
@@ -36,9 +38,9 @@ def _routed(name: str, dims: ModelDims, **overrides) -> RoutedExperts:
     return FFN.build({**_yaml(name), **overrides}, dims=dims, activation=RELU)
 
 
-def _model(ffn: dict, dims: ModelDims, activation: dict = RELU) -> TransformerLM:
+def _model(ffn: dict, dims: ModelDims, activation: dict = RELU, **options) -> TransformerLM:
     return TransformerLM(dims, attention={"name": "full"}, norm={"name": "layernorm"},
-                         activation=activation, position={"name": "sinusoidal"}, ffn=ffn)
+                         activation=activation, position={"name": "sinusoidal"}, ffn=ffn, **options)
 
 
 def _capacity(cf: float, top_k: int, n_tokens: int, n_experts: int) -> int:
@@ -108,10 +110,11 @@ def test_eval_drops_nothing(name, tiny_dims):
     """The choice made for causality: capacity applies in training only."""
     layer, x = _skewed(name, tiny_dims, capacity_factor=1.0)
     layer.eval()
-    y = layer(x)
+    ctx = ForwardContext(Position())
+    y = layer(x, ctx)
     assert torch.all(y.flatten(0, 1).abs().sum(-1) > 0)
     torch.testing.assert_close(y, reference_routed(layer, x, capacity=10**9)[0])
-    assert layer.aux_loss is None
+    assert ctx.aux_losses == []  # balancing is a training objective
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -152,13 +155,14 @@ def test_aux_loss_matches_formula(name, tiny_dims):
     with torch.no_grad():
         layer.router.weight.normal_(std=0.5)
     x = torch.randn(2, 8, tiny_dims.d_model)  # (B, T, D)
-    layer(x)
+    ctx = ForwardContext(Position())
+    layer(x, ctx)
     expected = reference_balance_loss(layer, x)
-    torch.testing.assert_close(layer.aux_loss, expected)
+    [loss] = ctx.aux_losses
+    torch.testing.assert_close(loss, expected)
     assert expected > 0.01  # weight 0.01 times a balance loss >= ~1
-    first = layer.aux_loss
-    layer(x)
-    assert layer.aux_loss is not first  # overwritten each forward, no stale graph
+    layer(x, ctx)
+    assert len(ctx.aux_losses) == 2  # one per application
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
@@ -181,6 +185,20 @@ def test_aux_loss_is_added_to_the_training_loss(name, tiny_dims):
     ce = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
     torch.testing.assert_close(loss - ce, aux)
     assert aux > 0
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED))
+def test_shared_blocks_count_every_applications_auxiliary_loss(name, tiny_dims):
+    """One block applied L times balances its router L times: L losses, not the last one."""
+    torch.manual_seed(5)
+    model = _model(_yaml(name), tiny_dims, share_blocks=True).train()
+    router_inputs = []
+    model.blocks[0].feedforward.register_forward_hook(lambda m, a, o: router_inputs.append(a[0]))
+    model(torch.randint(0, 256, (2, tiny_dims.seq_len)))
+    layer = model.blocks[0].feedforward
+    assert len(router_inputs) == tiny_dims.n_layers == 2
+    expected = sum(reference_balance_loss(layer, x) for x in router_inputs)
+    torch.testing.assert_close(model.auxiliary_loss(), expected)
 
 
 def _expert_params(activation: dict, d: int, f: int) -> int:

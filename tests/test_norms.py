@@ -16,6 +16,7 @@ from xformer_bench.errors import ConfigError
 from xformer_bench.config import CONF_DIR
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import PLACEMENTS, Block
+from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.build import build_model
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.norm.fixup import Fixup, fixup_scale
@@ -165,7 +166,8 @@ def test_rezero_and_fixup_blocks_start_as_identity(tiny_dims, norm, placement):
             expected = block.norms["feedforward"]["residual"](block.norms["attention"]["residual"](x))
             if norm in ("rezero_layernorm", "rezero_rmsnorm"):
                 assert not torch.allclose(expected, x)
-        torch.testing.assert_close(block(x, model.position), expected, rtol=0, atol=1e-6)
+        torch.testing.assert_close(block(x, ForwardContext(model.position)), expected, rtol=0,
+                                   atol=1e-6)
 
 
 @pytest.mark.parametrize("norm", REZERO_NORMS)
@@ -221,9 +223,9 @@ def test_fixup_lm_initialisation_relative_to_the_default_one(tiny_dims):
 
 
 class ShiftedTwice(nn.Module):
-    """A stand-in attention branch: ``2 x + 1`` (takes and ignores the position)."""
+    """A stand-in attention branch: ``2 x + 1`` (takes and ignores the forward context)."""
 
-    def forward(self, x, position):
+    def forward(self, x, ctx):
         return 2 * x + 1
 
 
@@ -248,7 +250,8 @@ def test_placement_matches_hand_written_forward(tiny_dims, norm, placement):
     block = randomise_(Block(ShiftedTwice(), ACTIVATION.build({"name": "relu"}, dims=tiny_dims),
                              lambda: build_norm(norm, tiny_dims.d_model), placement=placement))
     x = torch.randn(2, 5, tiny_dims.d_model)
-    torch.testing.assert_close(block(x, Position()), _hand_written(block, placement, x))
+    expected = _hand_written(block, placement, x)
+    torch.testing.assert_close(block(x, ForwardContext(Position())), expected)
     placed = [m for m in block.modules() if isinstance(m, (nn.LayerNorm, RMSNorm))]
     assert len(placed) == 2 * len(PLACEMENTS[placement])
     if placement == "sandwich":  # the two norms of a sublayer are distinct modules

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.config import CONF_DIR
 from xformer_bench.models.attention_layer import MultiHeadAttention
+from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.position.alibi import alibi_slopes
@@ -233,7 +234,7 @@ def test_relative_attention_matches_explicit_softmax(tiny_dims: ModelDims):
     torch.nn.init.normal_(shaw.tables.weight)
     attention = MultiHeadAttention(tiny_dims, FullAttention(tiny_dims), layer=layer)
     x = torch.randn(2, t, tiny_dims.d_model)  # (B, T, D)
-    out = attention(x, shaw)
+    out = attention(x, ForwardContext(shaw))
 
     b, h, dh = 2, tiny_dims.n_heads, tiny_dims.head_dim
     q, k, v = attention.qkv(x).view(b, t, 3, h, dh).permute(2, 0, 3, 1, 4)  # (B, H, T, Dh) each

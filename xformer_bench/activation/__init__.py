@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 
 PARAM_MATCHED_SCALE = 2 / 3
@@ -34,8 +35,8 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(dims.d_ff, dims.d_model)
         self.act = act
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        return self.down(self.act(self.up(x)))
+    def forward(self, x: torch.Tensor, ctx: ForwardContext | None = None) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))  # (B, T, D); position-wise: ctx unused
 
 
 class GatedFeedForward(nn.Module):
@@ -66,6 +67,6 @@ class GatedFeedForward(nn.Module):
         self.down = nn.Linear(self.hidden, dims.d_model, bias=bias)
         self.act = act
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+    def forward(self, x: torch.Tensor, ctx: ForwardContext | None = None) -> torch.Tensor:
         gate, value = self.gate_up(x).chunk(2, dim=-1)  # each (B, T, hidden)
         return self.down(self.act(gate) * value)  # (B, T, D)

@@ -1,8 +1,9 @@
 """Feed-forward sublayers: dense, or sparsely routed (experts, memories).  Builders take
 ``dims`` and the ``activation`` config node plus the keys of their YAML.
 
-A routed layer may set ``self.aux_loss`` (a scalar tensor) in ``forward``; the task adds it
-to the training loss.  It may define ``inactive_parameters()`` (parameters one token does not
+Sublayers are called as ``layer(x, ctx)``; a routed layer adds its auxiliary loss (a scalar
+tensor) to ``ctx`` in training, once per application, and the task adds their sum to the
+training loss.  It may define ``inactive_parameters()`` (parameters one token does not
 use) so that records report active as well as total parameters.
 
 :class:`RoutedExperts` is the mixture-of-experts layer shared by ``moe`` (top-2: Shazeer et al.
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import ACTIVATION
 
@@ -109,7 +111,6 @@ class RoutedExperts(nn.Module):
         self.top_k = top_k
         self.capacity_factor = capacity_factor
         self.aux_loss_weight = aux_loss_weight
-        self.aux_loss: torch.Tensor | None = None
 
     def capacity(self, num_tokens: int) -> int:
         """Training drops what exceeds the capacity factor; eval keeps every token (no expert
@@ -118,15 +119,13 @@ class RoutedExperts(nn.Module):
             return num_tokens
         return expert_capacity(num_tokens, len(self.experts), self.top_k, self.capacity_factor)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+    def forward(self, x: torch.Tensor, ctx: ForwardContext | None = None) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])  # (N, D)
         probs = self.router(tokens).float().softmax(-1)  # (N, E), float32 as in Switch
         routed = route(probs, self.top_k, self.capacity(len(tokens)))
-        # Overwritten every forward, so no graph outlives its step; None in eval.
-        self.aux_loss = (
-            self.aux_loss_weight * load_balancing_loss(probs, routed.first_choice(len(tokens)))
-            if self.training else None
-        )
+        if self.training and ctx is not None:  # balancing is a training objective only
+            ctx.add_auxiliary_loss(
+                self.aux_loss_weight * load_balancing_loss(probs, routed.first_choice(len(tokens))))
         return self.dispatch(tokens, routed).view_as(x)
 
     def dispatch(self, tokens: torch.Tensor, routed: Assignments) -> torch.Tensor:  # (N, D)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.init import mark_initialised
 from xformer_bench.registry import FFN
@@ -71,7 +72,7 @@ class ProductKeyMemory(nn.Module):
         scores, chosen = pair_scores.flatten(2).topk(self.topk, dim=-1)  # (N, H, k) each
         return scores, pair_index.flatten(2).gather(-1, chosen)  # (N, H, k) each
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+    def forward(self, x: torch.Tensor, ctx: ForwardContext | None = None) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])  # (N, D)
         scores, index = self.lookup(tokens)  # (N, H, k) each
         weights = scores.float().softmax(-1).to(self.values.weight.dtype)  # (N, H, k)

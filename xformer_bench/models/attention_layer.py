@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.position import Position
+from xformer_bench.models.context import ForwardContext
 
 
 class MultiHeadAttention(nn.Module):
@@ -19,7 +19,8 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(dims.d_model, dims.d_model)
         self.kernel = kernel
 
-    def forward(self, x: torch.Tensor, position: Position) -> torch.Tensor:  # x: (B, T, D)
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
+        position = ctx.position
         b, t, d = x.shape
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, Dh)

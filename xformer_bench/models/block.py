@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from xformer_bench.norm import init_residual_branch, residual_gate
-from xformer_bench.position import Position
+from xformer_bench.models.context import ForwardContext
 
 NORM_SLOTS = ("input", "output", "residual")
 PLACEMENTS: dict[str, tuple[str, ...]] = {
@@ -71,11 +71,11 @@ class Block(nn.Module):
             init_residual_branch(self._norm(sublayer), getattr(self, sublayer),
                                  n_branches=n_branches, depth=BRANCH_DEPTH[sublayer])
 
-    def _residual(self, sublayer: str, x: torch.Tensor, *args) -> torch.Tensor:  # (B, T, D)
+    def _residual(self, sublayer: str, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         norm = self.norms[sublayer]
-        h = norm["output"](getattr(self, sublayer)(norm["input"](x), *args))  # (B, T, D)
+        h = norm["output"](getattr(self, sublayer)(norm["input"](x), ctx))  # (B, T, D)
         return norm["residual"](x + self.gates[sublayer](self.dropout(h)))  # (B, T, D)
 
-    def forward(self, x: torch.Tensor, position: Position) -> torch.Tensor:  # (B, T, D)
-        x = self._residual("attention", x, position)
-        return self._residual("feedforward", x)
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
+        x = self._residual("attention", x, ctx)
+        return self._residual("feedforward", x, ctx)

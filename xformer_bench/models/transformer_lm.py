@@ -11,6 +11,7 @@ from torch import nn
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
+from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.embedding import TokenEmbedding
 from xformer_bench.models.init import init_weights
@@ -70,14 +71,17 @@ class TransformerLM(nn.Module):
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
                                components=mos_components)
+        self._auxiliary_loss: torch.Tensor | None = None
         init_weights(self, dims.d_model, dims.n_layers)
         for block in self.blocks[: 1 if share_blocks else None]:  # Fixup's branch re-init
             block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) log-probs
+        ctx = ForwardContext(self.position)
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
         for block in self.blocks:
-            x = block(x, self.position)
+            x = block(x, ctx)
+        self._auxiliary_loss = ctx.auxiliary_loss()
         return self.head(self.final_norm(x))
 
     def num_parameters(self) -> int:
@@ -90,6 +94,6 @@ class TransformerLM(nn.Module):
         return self.num_parameters() - skipped
 
     def auxiliary_loss(self) -> torch.Tensor | None:
-        """Sum of the ``aux_loss`` that layers (e.g. expert routers) set in the last forward."""
-        losses = [m.aux_loss for m in self.modules() if getattr(m, "aux_loss", None) is not None]
-        return torch.stack(losses).sum() if losses else None
+        """Sum of the auxiliary losses layers added in the last forward (every application of
+        a shared block counts), or None."""
+        return self._auxiliary_loss

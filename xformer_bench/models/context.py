@@ -1,0 +1,29 @@
+"""What a forward pass hands every sublayer besides ``x``: one object, so a new input (memory,
+encoder output, padding mask, previous logits ...) is a new field here, not a new argument of
+``Block.forward`` and of every layer.
+
+Fields are added by the mechanism that needs them, with a default that means "absent".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from xformer_bench.position import Position
+
+
+@dataclass
+class ForwardContext:
+    position: Position
+    """The model's position scheme: embeds, biases or rotates (see :mod:`xformer_bench.position`)."""
+    aux_losses: list[torch.Tensor] = field(default_factory=list)
+    """Scalar losses layers add in training (e.g. expert load balancing), one per application:
+    a block applied several times (``model.share_blocks``) adds one each time."""
+
+    def add_auxiliary_loss(self, loss: torch.Tensor) -> None:
+        self.aux_losses.append(loss)
+
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        return torch.stack(self.aux_losses).sum() if self.aux_losses else None
