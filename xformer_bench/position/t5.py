@@ -55,9 +55,19 @@ class T5Position(Position):
         super().__init__()
         self.bidirectional, self.num_buckets, self.max_distance = (
             bidirectional, num_buckets, max_distance)
+        self._tabulate(dims.seq_len)
         self.tables = LayerwiseTable(
             dims.n_layers, shared_across_layers, (num_buckets, dims.n_heads), init_std
         )  # per layer: (num_buckets, H)
+
+    def _tabulate(self, length: int) -> None:
+        """The bucket of every distance -(length-1) .. length-1, grown when keys outnumber it."""
+        self.length = length
+        distances = torch.arange(-(length - 1), length)  # (2L-1,)
+        buckets = relative_position_bucket(distances, self.bidirectional, self.num_buckets,
+                                           self.max_distance)  # (2L-1,)
+        device = getattr(self, "bucket_of_distance", buckets).device
+        self.register_buffer("bucket_of_distance", buckets.to(device), persistent=False)
 
     def bias(
         self,
@@ -66,8 +76,8 @@ class T5Position(Position):
         layer: int = 0,
         query: torch.Tensor | None = None,
     ) -> torch.Tensor:  # (H, Tq, Tk)
-        table = self.tables(layer)  # (num_buckets, H)
-        distance = relative_distance(t_query, t_key, table.device)  # (Tq, Tk), any lengths
-        buckets = relative_position_bucket(distance, self.bidirectional, self.num_buckets,
-                                           self.max_distance)  # (Tq, Tk)
-        return table[buckets].permute(2, 0, 1)  # (H, Tq, Tk)
+        if t_key > self.length:  # memory or longer evaluation
+            self._tabulate(t_key)
+        distance = relative_distance(t_query, t_key, self.bucket_of_distance.device)  # (Tq, Tk)
+        buckets = self.bucket_of_distance[distance + self.length - 1]  # (Tq, Tk)
+        return self.tables(layer)[buckets].permute(2, 0, 1)  # (H, Tq, Tk)
