@@ -14,7 +14,7 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", XBENCH_OFFLINE="1
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from xformer_bench.config import compose_config  # noqa: E402,F401 -- tests import it from here
+from xformer_bench.config import choice_groups, compose_config  # noqa: E402,F401 -- tests import it
 from xformer_bench.models.dims import ModelDims  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -37,8 +37,7 @@ def run_tiny(tmp_path, *overrides: str) -> dict:
 
     overrides = (*TINY_RUN, f"paths.results_dir={tmp_path / 'results'}", *overrides)
     config = compose_config(*overrides)
-    choices = {g: config[g]["name"] for g in ("model", "attention", "norm", "activation",
-                                              "position", "data")}
+    choices = {g: config[g]["name"] for g in choice_groups() if "name" in config.get(g, {})}
     return execute(config, choices, list(overrides), tmp_path / "run")
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from conftest import TINY_RUN, compose_config
 from xformer_bench.run import execute
-from xformer_bench.training.wandb_logger import CHOICE_KEYS, resolve_mode
+from xformer_bench.training.wandb_logger import resolve_mode
+
+CHOICE_KEYS = ("model", "attention", "norm", "activation", "position", "ffn", "data")
 
 
 def _wandb_records(path: Path) -> list:

@@ -10,12 +10,31 @@ from typing import Any
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
+NOT_CHOICES = ("hydra", "experiment")
+"""Folders of conf/ that are not a run's choice: Hydra's own settings and study declarations."""
+PLUMBING_GROUPS = ("data", "trainer", "logger")
+"""Choices that do not shape the model: the dataset (a table column), how it trains and logs."""
+CANONICAL_ORDER = ("model", "attention", "norm", "activation", "position", "ffn")
+"""Display order of the groups named here; any other group follows, alphabetically."""
+
+
+def choice_groups() -> tuple[str, ...]:
+    """Every config group a run chooses an option of -- the one list records, run ids, W&B and
+    tables use: the folders of conf/ less :data:`NOT_CHOICES`, model-shaping groups first
+    (:data:`CANONICAL_ORDER`, then any new one), then :data:`PLUMBING_GROUPS`.  A new group is
+    one new folder of YAMLs; nothing else lists it."""
+    folders = {p.name for p in CONF_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+    shaping = sorted(folders - set(NOT_CHOICES) - set(PLUMBING_GROUPS),
+                     key=lambda g: (CANONICAL_ORDER.index(g) if g in CANONICAL_ORDER
+                                    else len(CANONICAL_ORDER), g))
+    return (*shaping, *(g for g in PLUMBING_GROUPS if g in folders))
+
 
 def compose_config(*overrides: str) -> dict[str, Any]:
     """The resolved config (a plain dict) the CLI would build for ``overrides``."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):  # read at call time
         cfg = compose(config_name="config", overrides=list(overrides))
     return OmegaConf.to_container(cfg, resolve=True)

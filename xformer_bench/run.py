@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from xformer_bench.config import choice_groups
 from xformer_bench.errors import DivergedError, XbenchError
 from xformer_bench.results import record as records
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
@@ -89,7 +90,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     record: dict[str, Any] = {
         "schema": records.SCHEMA_VERSION, "run_id": run_id,
         "experiment": config["experiment_name"], "status": "failed", "error": None,
-        "choices": {g: choices.get(g) for g in records.CHOICE_GROUPS},
+        "choices": {g: choices.get(g) for g in choice_groups()},
         "overrides": list(overrides), "seed": config["seed"],
         "git_commit": records.git_commit(), "params": None, "active_params": None, "flops_per_step": None,
         "steps_per_sec": None, "tokens_per_sec": None, "peak_memory_mb": None,

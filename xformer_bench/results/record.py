@@ -17,8 +17,6 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 STATUSES = ("finished", "diverged", "failed", "interrupted")
-CHOICE_GROUPS = ("model", "attention", "norm", "activation", "position", "ffn", "data", "trainer",
-                 "logger")
 IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed")
 
 REQUIRED_KEYS = (

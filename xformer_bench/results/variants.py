@@ -12,10 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from xformer_bench.results.record import CHOICE_GROUPS
+from xformer_bench.config import CANONICAL_ORDER, PLUMBING_GROUPS
 
-# Every group that shapes the model; the data is a column, trainer and logger are plumbing.
-ROW_GROUPS = tuple(g for g in CHOICE_GROUPS if g not in ("data", "trainer", "logger"))
 # Overrides that never make a different variant: where files go, how it is logged, the seed.
 NEUTRAL_OVERRIDE_ROOTS = ("seed", "experiment", "experiment_name", "paths", "logger", "hydra")
 
@@ -44,30 +42,39 @@ def extra_overrides(record: dict[str, Any]) -> dict[str, str]:
     extras = {}
     for override in record.get("overrides") or []:
         key, _, value = str(override).lstrip("+~").partition("=")
-        if key in CHOICE_GROUPS or key.split(".")[0] in NEUTRAL_OVERRIDE_ROOTS:
+        if key in record["choices"] or key.split(".")[0] in NEUTRAL_OVERRIDE_ROOTS:
             continue
         extras[key] = value
     return extras
 
 
-def _facets(record: dict[str, Any]) -> dict[str, str]:
-    facets = {g: str(record["choices"].get(g) or "") for g in ROW_GROUPS}
+def row_groups(records: list[dict[str, Any]]) -> list[str]:
+    """The groups the records chose that shape the model (any group a record names, so a new
+    config group is a facet without being listed anywhere), in display order."""
+    groups = {g for r in records for g in r["choices"]} - set(PLUMBING_GROUPS)
+    return sorted(groups, key=lambda g: (CANONICAL_ORDER.index(g) if g in CANONICAL_ORDER
+                                         else len(CANONICAL_ORDER), g))
+
+
+def _facets(record: dict[str, Any], groups: list[str]) -> dict[str, str]:
+    facets = {g: str(record["choices"].get(g) or "") for g in groups}
     facets.update(extra_overrides(record))
     return facets
 
 
 def varying_facets(records: list[dict[str, Any]]) -> list[str]:
     """Row groups that differ across records (in group order), then differing override keys."""
-    facets = [_facets(r) for r in records]
-    names = list(ROW_GROUPS) + sorted({k for f in facets for k in f} - set(ROW_GROUPS))
+    groups = row_groups(records)
+    facets = [_facets(r, groups) for r in records]
+    names = groups + sorted({k for f in facets for k in f} - set(groups))
     return [n for n in names if len({f.get(n, "") for f in facets}) > 1]
 
 
 def label_of(record: dict[str, Any], key: Key) -> str:
     """The groups' YAML labels (else choice names) and the overrides it sets, joined; the
     model's label when nothing tells it apart."""
-    parts = [_group_label(record, name) if name in ROW_GROUPS else f"{name}={value}"
-             for name, value in key if value or name in ROW_GROUPS]
+    parts = [_group_label(record, name) if name in record["choices"] else f"{name}={value}"
+             for name, value in key if value or name in record["choices"]]
     return ", ".join(parts) or _group_label(record, "model")
 
 
@@ -90,10 +97,10 @@ def sweep_order(records: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 def group_variants(records: list[dict[str, Any]]) -> list[Variant]:
     """The experiment's variants, in sweep order when declared, else by label."""
-    varying = varying_facets(records)
+    varying, groups = varying_facets(records), row_groups(records)
     by_key: dict[Key, list[dict[str, Any]]] = {}
     for record in records:
-        facets = _facets(record)
+        facets = _facets(record, groups)
         by_key.setdefault(tuple((n, facets.get(n, "")) for n in varying), []).append(record)
     sweep = sweep_order(records)
     variants = []

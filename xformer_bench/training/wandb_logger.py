@@ -16,8 +16,6 @@ from urllib.parse import urlparse
 from lightning.pytorch.loggers import WandbLogger
 
 MODES = ("auto", "online", "offline", "disabled")
-# The groups whose chosen option becomes a top-level W&B config key (filter and group by them).
-CHOICE_KEYS = ("model", "attention", "norm", "activation", "position", "ffn", "data")
 
 
 def has_api_key() -> bool:
@@ -56,9 +54,9 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def run_config(record: dict[str, Any]) -> dict[str, Any]:
-    """The resolved config, flattened, plus each group's choice as a top-level key."""
-    choices = {g: record["choices"].get(g) for g in CHOICE_KEYS}
-    return {**flatten(record["config"]), **choices, "run_id": record["run_id"],
+    """The resolved config, flattened, plus each group's choice as a top-level key (every group
+    the record names: filter and group by them)."""
+    return {**flatten(record["config"]), **record["choices"], "run_id": record["run_id"],
             "experiment": record["experiment"], "seed": record["seed"]}
 
 
