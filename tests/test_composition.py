@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from conftest import compose_config
-from xformer_bench.config import CONF_DIR
+from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
 
-GROUPS = ("model", "attention", "norm", "activation", "position", "ffn")
+GROUPS = tuple(g for g in choice_groups() if g not in PLUMBING_GROUPS)  # model-shaping groups
 OPTIONS = {g: sorted(p.stem for p in (CONF_DIR / g).glob("*.yaml")) for g in GROUPS}
 SMALL = ("data.seq_len=16", "model.d_model=32", "model.n_heads=2", "model.d_ff=64")
 # Declared incompatibilities: building them is a one-line ConfigError before training.

@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from xformer_bench.config import CONF_DIR, compose_config
+from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups, compose_config
 from xformer_bench.models import block as block_module
 from xformer_bench.models import transformer_lm
 from xformer_bench.models.build import build_model
 from xformer_bench.models.init import STANDARD_LAYERS, default_initialised, init_weights
 
-GROUPS = ("attention", "norm", "activation", "position", "ffn", "model")
+GROUPS = tuple(g for g in choice_groups() if g not in PLUMBING_GROUPS)
 VARIANTS = [(g, p.stem) for g in GROUPS for p in sorted((CONF_DIR / g).glob("*.yaml"))]
 SMALL = ("data.seq_len=16", "model.d_model=32", "model.n_heads=2", "model.d_ff=64")
 
