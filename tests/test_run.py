@@ -80,3 +80,14 @@ def test_resuming_from_a_checkpoint_gives_the_same_result(tmp_path):
     assert resumed["run_id"] == straight["run_id"] and resumed["steps"] == 16
     assert resumed["final"] == straight["final"]
     assert resumed["test"] == straight["test"]
+
+
+def test_a_new_record_has_every_required_key_and_starts_failed(tmp_path):
+    from conftest import compose_config
+
+    config = compose_config()
+    record = records.new_record(config, {"model": "vanilla"}, ["seed=0"], tmp_path)
+    records.validate(record)
+    assert set(records.REQUIRED_KEYS) <= set(record) and record["status"] == "failed"
+    assert all(record[k] is None for k in records.MEASURED)
+    assert record["run_id"] == records.run_identity(config, {"model": "vanilla"})

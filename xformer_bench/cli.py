@@ -35,7 +35,8 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``).
     """
     from xformer_bench.errors import XbenchError
-    from xformer_bench.run import execute, finished_record
+    from xformer_bench.results.record import finished_record
+    from xformer_bench.run import execute
 
     if config.get("skip_completed"):
         done = finished_record(config, choices)
@@ -69,7 +70,7 @@ def _save_traceback(run_dir: Path) -> Path:
 def _recorded_as(config: dict[str, Any], choices: dict[str, str], run_dir: Path) -> list[str]:
     """``["recorded as <status>: <path>"]`` when this very run wrote a record, else ``[]``."""
     from xformer_bench.results import record as records
-    from xformer_bench.run import results_path
+    from xformer_bench.results.record import results_path
 
     path = results_path(config, records.run_identity(config, choices))
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import resource
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -86,19 +85,8 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     Errors in the set-up (unknown variant, missing data) propagate before any record exists;
     a run that diverges, raises or is interrupted is recorded with that status, then re-raised.
     """
-    run_id = records.run_identity(config, choices)
-    record: dict[str, Any] = {
-        "schema": records.SCHEMA_VERSION, "run_id": run_id,
-        "experiment": config["experiment_name"], "status": "failed", "error": None,
-        "choices": {g: choices.get(g) for g in choice_groups()},
-        "overrides": list(overrides), "seed": config["seed"],
-        "git_commit": records.git_commit(), "params": None, "active_params": None, "flops_per_step": None,
-        "steps_per_sec": None, "tokens_per_sec": None, "peak_memory_mb": None,
-        "peak_memory_kind": None, "early": None, "final": None, "test": None,
-        "eval_bytes": {}, "steps": 0, "wall_time_sec": None, "config": config,
-        "run_dir": str(run_dir),
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    record = records.new_record(config, {g: choices.get(g) for g in choice_groups()},
+                                overrides, run_dir)
     started = time.perf_counter()
     try:
         with shared_with_spawned_ranks(config, choices, overrides, run_dir):
@@ -119,36 +107,6 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         if record["params"] is not None:  # the model was built: training started
             record["wall_time_sec"] = time.perf_counter() - started
             record["peak_memory_mb"], record["peak_memory_kind"] = _peak_memory()
-            record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            record["record_path"] = str(write_record(record, config))
+            record["finished_at"] = records.now()
+            record["record_path"] = str(records.write_record(record, config))
     return record
-
-
-def results_path(config: dict[str, Any], run_id: str) -> Path:
-    """Where the record of ``run_id`` goes: ``<results_dir>/<experiment_name>/<run_id>.json``."""
-    return Path(config["paths"]["results_dir"]) / config["experiment_name"] / f"{run_id}.json"
-
-
-def finished_record(config: dict[str, Any], choices: dict[str, str]) -> dict[str, Any] | None:
-    """The record of this configuration if it already ran to the end, else None.
-
-    Diverged, failed and interrupted runs (and unreadable records) count as not done.
-    """
-    path = results_path(config, records.run_identity(config, choices))
-    try:
-        record = records.load(path)
-    except (OSError, ValueError):
-        return None
-    return record if record["status"] == "finished" else None
-
-
-def write_record(record: dict[str, Any], config: dict[str, Any]) -> Path:
-    """Rank zero writes the record to the run directory and to results/<experiment>/."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-    path = results_path(config, record["run_id"])
-    if rank_zero_only.rank == 0:
-        records.validate(record)
-        records.write_json_atomic(Path(record["run_dir"]) / "record.json", record)
-        records.write_json_atomic(path, record)
-    return path

@@ -11,13 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xformer_bench.results.record import SCHEMA_VERSION, validate
-
-
-# What the tables read, beyond the keys ``record.validate`` checks are present.
-SHAPES = {"run_id": str, "experiment": str, "choices": dict, "config": dict, "overrides": list,
-          "early": (dict, type(None)), "final": (dict, type(None)), "test": (dict, type(None)),
-          "history": (list, type(None))}
+from xformer_bench.results.record import SCHEMA_VERSION, check_shapes, validate
 
 
 @dataclass(frozen=True)
@@ -62,9 +56,7 @@ def read_record(path: Path) -> dict[str, Any]:
     validate(payload)
     if payload["schema"] != SCHEMA_VERSION:
         raise ValueError(f"schema {payload['schema']!r}, this reader knows {SCHEMA_VERSION}")
-    for key, kinds in SHAPES.items():
-        if not isinstance(payload.get(key), kinds):
-            raise ValueError(f"{key!r} is a {type(payload.get(key)).__name__}")
+    check_shapes(payload)
     return payload
 
 

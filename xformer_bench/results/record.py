@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,33 @@ REQUIRED_KEYS = (
     "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "eval_bytes", "steps",
     "wall_time_sec", "config",
 )
+
+
+MEASURED = ("params", "active_params", "flops_per_step", "steps_per_sec", "tokens_per_sec",
+            "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "wall_time_sec")
+"""Keys a run fills as it goes; None until measured."""
+
+SHAPES = {"run_id": str, "experiment": str, "choices": dict, "config": dict, "overrides": list,
+          "early": (dict, type(None)), "final": (dict, type(None)), "test": (dict, type(None)),
+          "history": (list, type(None))}
+"""What the tables read, beyond the keys' presence."""
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_record(config: dict[str, Any], choices: dict[str, Any], overrides: list[str],
+               run_dir: Path) -> dict[str, Any]:
+    """The record of a run about to start: every required key, the outcome not yet known
+    (``failed`` until the run says otherwise, so a crash still leaves a truthful record)."""
+    return {
+        "schema": SCHEMA_VERSION, "run_id": run_identity(config, choices),
+        "experiment": config["experiment_name"], "status": "failed", "error": None,
+        "choices": choices, "overrides": list(overrides), "seed": config["seed"],
+        "git_commit": git_commit(), **dict.fromkeys(MEASURED), "eval_bytes": {}, "steps": 0,
+        "config": config, "run_dir": str(run_dir), "started_at": now(),
+    }
 
 
 def run_identity(config: dict[str, Any], choices: dict[str, str]) -> str:
@@ -64,6 +92,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> Path:
 
 
 def validate(record: dict[str, Any]) -> None:
+    """``ValueError`` naming a missing key or an unknown status."""
     missing = [k for k in REQUIRED_KEYS if k not in record]
     if missing:
         raise ValueError(f"run record lacks {missing}")
@@ -71,7 +100,44 @@ def validate(record: dict[str, Any]) -> None:
         raise ValueError(f"run record status {record['status']!r} not in {STATUSES}")
 
 
+def check_shapes(record: dict[str, Any]) -> None:
+    """``ValueError`` naming a key whose value the tables cannot read (:data:`SHAPES`)."""
+    for key, kinds in SHAPES.items():
+        if not isinstance(record.get(key), kinds):
+            raise ValueError(f"{key!r} is a {type(record.get(key)).__name__}")
+
+
 def load(path: Path) -> dict[str, Any]:
     record = json.loads(Path(path).read_text())
     validate(record)
     return record
+
+
+def results_path(config: dict[str, Any], run_id: str) -> Path:
+    """Where the record of ``run_id`` goes: ``<results_dir>/<experiment_name>/<run_id>.json``."""
+    return Path(config["paths"]["results_dir"]) / config["experiment_name"] / f"{run_id}.json"
+
+
+def finished_record(config: dict[str, Any], choices: dict[str, str]) -> dict[str, Any] | None:
+    """The record of this configuration if it already ran to the end, else None.
+
+    Diverged, failed and interrupted runs (and unreadable records) count as not done.
+    """
+    path = results_path(config, run_identity(config, choices))
+    try:
+        record = load(path)
+    except (OSError, ValueError):
+        return None
+    return record if record["status"] == "finished" else None
+
+
+def write_record(record: dict[str, Any], config: dict[str, Any]) -> Path:
+    """Rank zero writes the record to the run directory and to results/<experiment>/."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    path = results_path(config, record["run_id"])
+    if rank_zero_only.rank == 0:
+        validate(record)
+        write_json_atomic(Path(record["run_dir"]) / "record.json", record)
+        write_json_atomic(path, record)
+    return path
