@@ -1,6 +1,6 @@
-"""The resolved run config for a list of overrides, composed exactly as ``xbench`` does.
-
-For scripts and tests; the CLI itself composes through ``@hydra.main``.
+"""Where the config lives and what it is made of: the config groups (the folders of conf/) and
+the resolved run config for a list of overrides, composed exactly as ``xbench`` does (for
+scripts and tests; the CLI itself composes through ``@hydra.main``).
 """
 
 from __future__ import annotations
@@ -18,15 +18,19 @@ CANONICAL_ORDER = ("model", "attention", "norm", "activation", "position", "ffn"
 """Display order of the groups named here; any other group follows, alphabetically."""
 
 
+def group_order(group: str) -> tuple[int, str]:
+    """Sort key: :data:`CANONICAL_ORDER` first, any other group after, alphabetically."""
+    known = CANONICAL_ORDER.index(group) if group in CANONICAL_ORDER else len(CANONICAL_ORDER)
+    return known, group
+
+
 def choice_groups() -> tuple[str, ...]:
     """Every config group a run chooses an option of -- the one list records, run ids, W&B and
     tables use: the folders of conf/ less :data:`NOT_CHOICES`, model-shaping groups first
     (:data:`CANONICAL_ORDER`, then any new one), then :data:`PLUMBING_GROUPS`.  A new group is
     one new folder of YAMLs; nothing else lists it."""
     folders = {p.name for p in CONF_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
-    shaping = sorted(folders - set(NOT_CHOICES) - set(PLUMBING_GROUPS),
-                     key=lambda g: (CANONICAL_ORDER.index(g) if g in CANONICAL_ORDER
-                                    else len(CANONICAL_ORDER), g))
+    shaping = sorted(folders - set(NOT_CHOICES) - set(PLUMBING_GROUPS), key=group_order)
     return (*shaping, *(g for g in PLUMBING_GROUPS if g in folders))
 
 

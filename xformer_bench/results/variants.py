@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from xformer_bench.config import CANONICAL_ORDER, PLUMBING_GROUPS
+from xformer_bench.config import PLUMBING_GROUPS, group_order
 
 # Overrides that never make a different variant: where files go, how it is logged, the seed.
 NEUTRAL_OVERRIDE_ROOTS = ("seed", "experiment", "experiment_name", "paths", "logger", "hydra")
@@ -52,8 +52,7 @@ def row_groups(records: list[dict[str, Any]]) -> list[str]:
     """The groups the records chose that shape the model (any group a record names, so a new
     config group is a facet without being listed anywhere), in display order."""
     groups = {g for r in records for g in r["choices"]} - set(PLUMBING_GROUPS)
-    return sorted(groups, key=lambda g: (CANONICAL_ORDER.index(g) if g in CANONICAL_ORDER
-                                         else len(CANONICAL_ORDER), g))
+    return sorted(groups, key=group_order)
 
 
 def _facets(record: dict[str, Any], groups: list[str]) -> dict[str, str]:
