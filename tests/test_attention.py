@@ -8,18 +8,27 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import compose_config, declared_refusals
+from xformer_bench.errors import ConfigError
+from xformer_bench.models.build import build_model
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.transformer_lm import TransformerLM
+from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION, POSITION
 
 
-def _explicit_attention(q, k, v, causal, bias=None):
+def _explicit_attention(q, k, v, causal, bias=None, key_padding_mask=None):
+    """Materialised softmax attention; queries are the last of the keys' positions."""
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, S)
     if bias is not None:
         scores = scores + bias
-    if causal:
-        t = q.shape[-2]
-        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    t, s = scores.shape[-2:]
+    for i in range(t):
+        for j in range(s):
+            if causal and j > i + s - t:
+                scores[..., i, j] = float("-inf")
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
     return scores.softmax(-1) @ v
 
 
@@ -37,7 +46,7 @@ def test_full_attention_with_additive_bias_matches_reference(tiny_dims):
     torch.manual_seed(1)
     q, k, v = torch.randn(3, 2, 4, 16, 8).unbind(0)
     bias = torch.randn(4, 16, 16)  # (H, T, S)
-    out = ATTENTION.get("full")(tiny_dims)(q, k, v, causal=True, bias=bias)
+    out = ATTENTION.get("full")(tiny_dims)(q, k, v, causal=True, bias=PairBias.of_tensor(bias))
     torch.testing.assert_close(out, _explicit_attention(q, k, v, True, bias), atol=1e-5, rtol=1e-5)
 
 
@@ -63,12 +72,67 @@ def test_changing_a_future_token_leaves_the_past_unchanged(attention, position):
         assert not torch.allclose(before[:, t + 1:], after[:, t + 1:]), "the future must matter"
 
 
+@pytest.mark.parametrize("attention", ATTENTION.names())
 @pytest.mark.parametrize("position", POSITION.names())
-def test_every_position_is_causal_with_full_attention(position):
-    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=24, vocab_size=256)
-    model = _model("full", position, dims)
+def test_every_attention_position_pair_is_causal_or_refused_as_declared(attention, position):
+    """Each pair either works (causal, finite gradients) or is refused at build time with the
+    one line its parts' declared capabilities give -- never a crash in training."""
+    config = compose_config(f"attention={attention}", f"position={position}", "data.seq_len=24",
+                            "model.d_model=32", "model.n_heads=4", "model.n_layers=2",
+                            "model.d_ff=64")
+    refusals = declared_refusals(config)
+    torch.manual_seed(0)
+    if refusals:
+        with pytest.raises(ConfigError) as refused:
+            build_model(config, vocab_size=256)
+        assert str(refused.value) == refusals[0]
+        return
+    model = build_model(config, vocab_size=256).eval()
     tokens = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(1))
     changed = tokens.clone()
     changed[:, 12] = (changed[:, 12] + 1) % 256
     with torch.no_grad():
         torch.testing.assert_close(model(tokens)[:, :12], model(changed)[:, :12], atol=1e-5, rtol=1e-5)
+    model(tokens).mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_full_attention_with_more_keys_than_queries_and_padding(tiny_dims):
+    """Memory / cross-attention shapes: 6 queries over 10 keys (the queries are the last 6
+    positions), some keys padding; against the materialised reference."""
+    torch.manual_seed(2)
+    q = torch.randn(2, 4, 6, 8)  # (B, H, T, Dh)
+    k, v = torch.randn(2, 2, 4, 10, 8).unbind(0)  # (B, H, S, Dh) each
+    padding = torch.zeros(2, 10, dtype=torch.bool)
+    padding[1, :3] = True  # the oldest three keys of the second sequence
+    kernel = ATTENTION.get("full")(tiny_dims)
+    for causal in (True, False):
+        torch.testing.assert_close(kernel(q, k, v, causal=causal),
+                                   _explicit_attention(q, k, v, causal), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(kernel(q, k, v, causal=causal, key_padding_mask=padding),
+                                   _explicit_attention(q, k, v, causal, key_padding_mask=padding),
+                                   atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
+def test_shared_key_value_heads_equal_attention_with_repeated_heads(tiny_dims, n_kv_heads):
+    """Multi-query (1) and grouped-query (2) attention: every query head of a group attends
+    with its group's one key/value head; at n_kv_heads = n_heads it is multi-head attention."""
+    from xformer_bench.attention.full import FullAttention
+    from xformer_bench.models.attention_layer import MultiHeadAttention
+    from xformer_bench.models.context import ForwardContext
+    from xformer_bench.position import Position
+
+    torch.manual_seed(3)
+    layer = MultiHeadAttention(tiny_dims, FullAttention(tiny_dims), n_kv_heads=n_kv_heads)
+    d, dh, h = tiny_dims.d_model, tiny_dims.head_dim, tiny_dims.n_heads
+    assert layer.qkv.weight.shape == ((h + 2 * n_kv_heads) * dh, d)
+    x = torch.randn(2, 7, d)  # (B, T, D)
+    q, k, v = layer.qkv(x).split([h * dh, n_kv_heads * dh, n_kv_heads * dh], dim=-1)
+    heads = lambda y: y.view(2, 7, -1, dh).transpose(1, 2)  # noqa: E731
+    group = h // n_kv_heads
+    k = heads(k)[:, [i // group for i in range(h)]]  # (B, H, T, Dh): head i uses kv head i // g
+    v = heads(v)[:, [i // group for i in range(h)]]
+    y = _explicit_attention(heads(q), k, v, causal=True)  # (B, H, T, Dh)
+    expected = layer.out(y.transpose(1, 2).reshape(2, 7, d))
+    torch.testing.assert_close(layer(x, ForwardContext(Position())), expected, atol=1e-5, rtol=1e-5)

@@ -133,7 +133,7 @@ def test_powernorm_layer_scale_running_quadratic_mean_and_update():
 
 def test_powernorm_refuses_shared_blocks():
     """One running statistic updated at every depth would mix the depths: a ConfigError."""
-    with pytest.raises(ConfigError, match="share_blocks.*running statistic.*PowerNorm"):
+    with pytest.raises(ConfigError, match="norm=powernorm.*share_blocks.*running statistic.*choose another norm"):
         build_model(compose_config("norm=powernorm", "model=shared_blocks"), vocab_size=256)
     build_model(compose_config("norm=rmsnorm", "model=shared_blocks"), vocab_size=256)
 

@@ -40,7 +40,7 @@ def test_every_position_yaml_builds(path: Path, tiny_dims: ModelDims):
     position = POSITION.build(spec, dims=tiny_dims)
     q = torch.randn(2, tiny_dims.n_heads, 5, tiny_dims.head_dim)  # (B, H, T, Dh)
     bias = position.bias(5, 5, layer=tiny_dims.n_layers - 1, query=q)
-    assert bias is None or bias.shape[-3:] == (tiny_dims.n_heads, 5, 5)
+    assert bias is None or bias.dense().shape[-3:] == (tiny_dims.n_heads, 5, 5)
 
 
 # --------------------------------------------------------------------------- causality
@@ -134,10 +134,10 @@ def test_alibi_bias_is_linear_in_distance():
             for j in range(i + 1):
                 reference[h, i, j] = -m * (i - j)
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    bias = alibi.bias(t, t)  # (H, T, T)
+    bias = alibi.bias(t, t).dense()  # (H, T, T)
     torch.testing.assert_close(bias * causal, reference)
     torch.testing.assert_close(bias, bias.transpose(-1, -2))  # keys ahead: -m (j - i)
-    torch.testing.assert_close(alibi.bias(3, t), bias[:, -3:])  # queries are the last positions
+    torch.testing.assert_close(alibi.bias(3, t).dense(), bias[:, -3:])  # queries are the last positions
 
 
 # --------------------------------------------------------------------------- T5
@@ -195,19 +195,19 @@ def test_t5_bias_looks_up_head_tables(tiny_dims: ModelDims):
     for i in range(t):
         for j in range(t):
             reference[:, i, j] = table[reference_bucket(j - i, False, 8, 10)]
-    bias = t5.bias(t, t, layer=1)  # (H, T, T)
+    bias = t5.bias(t, t, layer=1).dense()  # (H, T, T)
     torch.testing.assert_close(bias, reference)
-    torch.testing.assert_close(t5.bias(5, 5), bias[:, :5, :5])  # any t <= seq_len
-    torch.testing.assert_close(t5.bias(1, 4), bias[:, 3:4, :4])  # queries are the last positions
-    torch.testing.assert_close(t5.bias(t, t, layer=0), bias)  # shared across layers
+    torch.testing.assert_close(t5.bias(5, 5).dense(), bias[:, :5, :5])  # any t <= seq_len
+    torch.testing.assert_close(t5.bias(1, 4).dense(), bias[:, 3:4, :4])  # queries are the last positions
+    torch.testing.assert_close(t5.bias(t, t, layer=0).dense(), bias)  # shared across layers
     assert sum(p.numel() for p in t5.parameters()) == 8 * tiny_dims.n_heads
 
 
 def test_t5_per_layer_tables(tiny_dims: ModelDims):
     t5 = build("t5", tiny_dims, shared_across_layers=False)
     assert sum(p.numel() for p in t5.parameters()) == tiny_dims.n_layers * 32 * tiny_dims.n_heads
-    assert not torch.allclose(t5.bias(6, 6, layer=0), t5.bias(6, 6, layer=1))
-    torch.testing.assert_close(t5.bias(6, 6, layer=1)[:, 5, 0], t5.tables.weight[1, 5])
+    assert not torch.allclose(t5.bias(6, 6, layer=0).dense(), t5.bias(6, 6, layer=1).dense())
+    torch.testing.assert_close(t5.bias(6, 6, layer=1).dense()[:, 5, 0], t5.tables.weight[1, 5])
 
 
 # --------------------------------------------------------------------------- Shaw
@@ -218,7 +218,7 @@ def test_relative_distances_beyond_clip_share_an_embedding(tiny_dims: ModelDims)
     n_params = sum(p.numel() for p in shaw.parameters())
     assert n_params == tiny_dims.n_layers * (2 * 2 + 1) * tiny_dims.head_dim
     q = torch.randn(tiny_dims.head_dim).expand(1, tiny_dims.n_heads, 10, -1)  # (1, H, T, Dh)
-    bias = shaw.bias(10, 10, query=q)[0]  # (H, T, T)
+    bias = shaw.bias(10, 10, query=q).dense()[0]  # (H, T, T)
     i = 9
     torch.testing.assert_close(bias[:, i, i - 3], bias[:, i, i - 7])  # both clipped to -2
     torch.testing.assert_close(bias[:, i, i - 2], bias[:, i, i - 3])
@@ -232,9 +232,9 @@ def test_relative_attention_matches_explicit_softmax(tiny_dims: ModelDims):
     k_clip, t, layer = 3, 9, 1
     shaw = build("relative", tiny_dims, clip_distance=k_clip)
     torch.nn.init.normal_(shaw.tables.weight)
-    attention = MultiHeadAttention(tiny_dims, FullAttention(tiny_dims), layer=layer)
+    attention = MultiHeadAttention(tiny_dims, FullAttention(tiny_dims))
     x = torch.randn(2, t, tiny_dims.d_model)  # (B, T, D)
-    out = attention(x, ForwardContext(shaw))
+    out = attention(x, ForwardContext(shaw, layer=layer))
 
     b, h, dh = 2, tiny_dims.n_heads, tiny_dims.head_dim
     q, k, v = attention.qkv(x).view(b, t, 3, h, dh).permute(2, 0, 3, 1, 4)  # (B, H, T, Dh) each
@@ -251,7 +251,8 @@ def test_relative_attention_matches_explicit_softmax(tiny_dims: ModelDims):
 
     shared = build("relative", tiny_dims, shared_across_layers=True)
     assert sum(p.numel() for p in shared.parameters()) == (2 * 16 + 1) * dh  # default k = 16
-    torch.testing.assert_close(shared.bias(t, t, 0, query=q), shared.bias(t, t, 1, query=q))
+    torch.testing.assert_close(shared.bias(t, t, 0, query=q).dense(),
+                               shared.bias(t, t, 1, query=q).dense())
 
 
 def test_sinusoidal_is_vaswanis_formula_divided_by_sqrt_d():
@@ -276,10 +277,10 @@ def test_keys_longer_than_queries_and_than_seq_len(name, tiny_dims):
     t_key, t_query = 3 * tiny_dims.seq_len, tiny_dims.seq_len
     q = torch.randn(2, tiny_dims.n_heads, t_key, tiny_dims.head_dim)  # (B, H, Tk, Dh)
     k = torch.randn(2, tiny_dims.n_heads, t_key, tiny_dims.head_dim)  # (B, H, Tk, Dh)
-    full = position.bias(t_key, t_key, query=q)  # (.., Tk, Tk) or None
-    last = position.bias(t_query, t_key, query=q[..., -t_query:, :])  # (.., Tq, Tk) or None
+    full = position.bias(t_key, t_key, query=q)  # lazy (.., Tk, Tk) or None
+    last = position.bias(t_query, t_key, query=q[..., -t_query:, :])  # lazy (.., Tq, Tk) or None
     if full is not None:
-        torch.testing.assert_close(last, full[..., -t_query:, :])
+        torch.testing.assert_close(last.dense(), full.dense()[..., -t_query:, :])
     q_full, k_full = position.rotate(q, k)
     q_last, k_last = position.rotate(q[..., -t_query:, :], k)
     torch.testing.assert_close(q_last, q_full[..., -t_query:, :])
@@ -300,3 +301,24 @@ def test_learned_positions_beyond_their_table_name_the_key(tiny_dims):
 
     with pytest.raises(ConfigError, match="position.max_len=32"):
         build("learned", tiny_dims).embed(torch.zeros(1, 2 * tiny_dims.seq_len, tiny_dims.d_model))
+
+
+@pytest.mark.parametrize("name", POSITION_NAMES)
+def test_lazy_bias_on_chosen_pairs_equals_the_dense_bias(name, tiny_dims):
+    """A sparse kernel evaluates the bias only on the pairs it computes (here a band of 3
+    keys per query, as blocks (2, 4, 3)): the same values as the dense bias at those pairs."""
+    torch.manual_seed(0)
+    position = build(name, tiny_dims)
+    for p in position.parameters():
+        torch.nn.init.normal_(p)
+    t_query, t_key = 8, 10
+    q = torch.randn(2, tiny_dims.n_heads, t_query, tiny_dims.head_dim)  # (B, H, Tq, Dh)
+    bias = position.bias(t_query, t_key, layer=1, query=q)
+    if bias is None:
+        return
+    query_index = torch.arange(t_query).view(2, 4, 1)  # (blocks, block, 1)
+    key_index = query_index + 2 - torch.arange(3)  # (blocks, block, 3): keys i-0..i-2 (shifted)
+    dense = bias.dense()  # (.., H, Tq, Tk)
+    expected = dense[..., query_index.expand_as(key_index), key_index]  # (.., H, 2, 4, 3)
+    torch.testing.assert_close(bias.at(query_index, key_index), expected)
+    assert bias.at(query_index, key_index).shape[-3:] == (2, 4, 3)

@@ -1,6 +1,72 @@
-"""Attention kernels: ``kernel(q, k, v, *, causal, bias) -> out`` over (B, H, T, Dh).
+"""The ``attention`` group: token mixers, the sublayer that moves information between positions.
 
-Projections live in :class:`xformer_bench.models.attention_layer.MultiHeadAttention`;
-a kernel that needs parameters of its own owns them.  Builders take ``dims``
-(:class:`~xformer_bench.models.dims.ModelDims`) plus the keys of their YAML.
+A registered builder takes ``dims`` (:class:`~xformer_bench.models.dims.ModelDims`) plus the
+keys of its YAML and returns one of two kinds of module, told apart by base class:
+
+* an :class:`AttentionKernel` -- ``kernel(q, k, v, *, causal, bias=None, key_padding_mask=None)``
+  over (B, H, T, Dh) queries and (B, H, S, Dh) keys and values.  The model wraps it in
+  :class:`~xformer_bench.models.attention_layer.MultiHeadAttention`, the one home of the q/k/v
+  and output projections; a kernel that needs parameters of its own owns them.
+* a :class:`TokenMixer` -- ``mixer(x, ctx) -> x`` over (B, T, D), the whole sublayer: a layer
+  with no queries or keys (FNet, MLP-Mixer, gMLP), or attention with projections of its own
+  (shared-QK LSH, or ``MultiHeadAttention(kernel, n_kv_heads=...)`` for multi-query).
+
+Both declare in ``provides`` what they support, from :data:`CAPABILITIES`; the model checks
+every part's needs against them when it is built (:mod:`xformer_bench.models.capabilities`),
+so an impossible combination is one ``ConfigError`` line before training.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from xformer_bench.models.context import ForwardContext
+    from xformer_bench.position import PairBias
+
+CAPABILITIES = {
+    "causal": "causal (decoder) attention",
+    "bidirectional": "bidirectional (encoder) attention",
+    "additive_bias": "an additive attention bias (T5, ALiBi, Shaw)",
+    "queries_and_keys": "queries and keys (rotary positions)",
+    "longer_keys": "more keys than queries (memory, cross-attention)",
+    "key_padding_mask": "a key padding mask",
+    "variable_length": "inputs of any length",
+}
+"""What a token mixer may declare it supports, and the words an error uses for it."""
+
+EXACT_ATTENTION = frozenset(CAPABILITIES) - {"queries_and_keys"}
+"""What a kernel that computes every (query, key) pair supports: everything."""
+
+
+class AttentionKernel(nn.Module):
+    """Attention over projected heads; subclasses implement :meth:`forward` and narrow
+    ``provides`` to what they honour."""
+
+    provides: frozenset[str] = EXACT_ATTENTION
+
+    def forward(
+        self,
+        q: torch.Tensor,  # (B, H, T, Dh)
+        k: torch.Tensor,  # (B, H, S, Dh)
+        v: torch.Tensor,  # (B, H, S, Dh)
+        *,
+        causal: bool,
+        bias: PairBias | None = None,  # additive, lazy: evaluate on the pairs computed
+        key_padding_mask: torch.Tensor | None = None,  # (B, S) bool, True = padding
+    ) -> torch.Tensor:  # (B, H, T, Dh)
+        raise NotImplementedError
+
+
+class TokenMixer(nn.Module):
+    """A whole token-mixing sublayer, ``(B, T, D) -> (B, T, D)``; reads what it needs from the
+    forward context (``ctx.causal``, ``ctx.position``, ``ctx.layer`` ...).  Declares nothing by
+    default: a mixer says what it supports."""
+
+    provides: frozenset[str] = frozenset()
+
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        raise NotImplementedError

@@ -1,30 +1,52 @@
-"""Multi-head attention: shared q/k/v/out projections around a pluggable kernel."""
+"""Multi-head attention: the default token mixer, the q/k/v and output projections around a
+pluggable :class:`~xformer_bench.attention.AttentionKernel`.
+
+``n_kv_heads`` below ``n_heads`` shares each key/value head among ``n_heads / n_kv_heads``
+query heads: multi-query attention at 1 (Shazeer 2019), grouped-query attention between
+(Ainslie et al. 2023).  The projections stay one fused matrix, queries first, then keys, then
+values; the kernel sees every query head with its key/value head.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention import AttentionKernel, TokenMixer
 from xformer_bench.models.context import ForwardContext
+from xformer_bench.models.dims import ModelDims
 
 
-class MultiHeadAttention(nn.Module):
-    def __init__(self, dims: ModelDims, kernel: nn.Module, layer: int = 0, causal: bool = True):
+class MultiHeadAttention(TokenMixer):
+    def __init__(self, dims: ModelDims, kernel: AttentionKernel, n_kv_heads: int | None = None):
         super().__init__()
-        self.layer = layer  # lets a position scheme keep per-layer parameters
         self.n_heads = dims.n_heads
-        self.causal = causal
-        self.qkv = nn.Linear(dims.d_model, 3 * dims.d_model)
+        self.n_kv_heads = n_kv_heads or dims.n_heads
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
+        self.head_dim = dims.head_dim
+        self.qkv = nn.Linear(dims.d_model, (self.n_heads + 2 * self.n_kv_heads) * self.head_dim)
         self.out = nn.Linear(dims.d_model, dims.d_model)
         self.kernel = kernel
+        self.provides = kernel.provides | {"queries_and_keys"}
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (B, H, T, Dh), keys and values (B, H_kv, T, Dh) of ``x`` (B, T, D)."""
+        b, t, _ = x.shape
+        heads = (self.n_heads, self.n_kv_heads, self.n_kv_heads)
+        q, k, v = self.qkv(x).split([h * self.head_dim for h in heads], dim=-1)  # (B, T, h*Dh)
+        return tuple(y.view(b, t, h, self.head_dim).transpose(1, 2) for y, h in zip((q, k, v), heads))
+
+    def share_kv_heads(self, y: torch.Tensor) -> torch.Tensor:  # (B, H_kv, S, Dh) -> (B, H, S, Dh)
+        group = self.n_heads // self.n_kv_heads
+        return y if group == 1 else y.repeat_interleave(group, dim=1)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
-        position = ctx.position
         b, t, d = x.shape
-        qkv = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, Dh)
-        q, k = position.rotate(q, k)
-        bias = position.bias(t, t, layer=self.layer, query=q)  # (H, T, T), (B, H, T, T) or None
-        y = self.kernel(q, k, v, causal=self.causal, bias=bias)  # (B, H, T, Dh)
+        q, k, v = self.project(x)
+        q, k = ctx.position.rotate(q, k)
+        k, v = self.share_kv_heads(k), self.share_kv_heads(v)  # (B, H, T, Dh) each
+        bias = ctx.position.bias(t, t, layer=ctx.layer, query=q)  # lazy PairBias or None
+        y = self.kernel(q, k, v, causal=ctx.causal, bias=bias,
+                        key_padding_mask=ctx.key_padding_mask)  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).reshape(b, t, d))

@@ -57,10 +57,10 @@ class Block(nn.Module):
             })
             for sublayer in SUBLAYERS
         })
-        self.gates = nn.ModuleDict({sublayer: residual_gate(self._norm(sublayer)) for sublayer in SUBLAYERS})
+        self.gates = nn.ModuleDict({sublayer: residual_gate(self.norm_of(sublayer)) for sublayer in SUBLAYERS})
         self.dropout = nn.Dropout(dropout)
 
-    def _norm(self, sublayer: str) -> nn.Module:
+    def norm_of(self, sublayer: str) -> nn.Module:
         """The norm asked for the sublayer's gate and initialisation: its first placed one."""
         return self.norms[sublayer][self.slots[0]]
 
@@ -68,7 +68,7 @@ class Block(nn.Module):
         """Let the norms re-initialise their branches (Fixup); run after the model's own init.
         ``n_branches`` counts the residual branches of the whole model."""
         for sublayer in SUBLAYERS:
-            init_residual_branch(self._norm(sublayer), getattr(self, sublayer),
+            init_residual_branch(self.norm_of(sublayer), getattr(self, sublayer),
                                  n_branches=n_branches, depth=BRANCH_DEPTH[sublayer])
 
     def _residual(self, sublayer: str, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:

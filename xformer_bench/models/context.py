@@ -2,7 +2,10 @@
 encoder output, padding mask, previous logits ...) is a new field here, not a new argument of
 ``Block.forward`` and of every layer.
 
-Fields are added by the mechanism that needs them, with a default that means "absent".
+Fields are added by the mechanism that needs them, with a default that means "absent"; each
+layer reads only the fields it uses.  The assembly sets ``layer`` before each block.  Still to
+come with their mechanisms: per-layer memory (Transformer-XL, compressive), the encoder output
+(cross-attention), the previous layer's logits (RealFormer).
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from xformer_bench.position import Position
 class ForwardContext:
     position: Position
     """The model's position scheme: embeds, biases or rotates (see :mod:`xformer_bench.position`)."""
+    causal: bool = True
+    """Whether a position may attend only to itself and earlier ones (decoder) or to all (encoder)."""
+    layer: int = 0
+    """Index of the block being applied, counting blocks with parameters of their own: with
+    ``model.share_blocks`` every application is layer 0 (per-layer tables are shared too)."""
+    key_padding_mask: torch.Tensor | None = None
+    """(B, S) bool, True at padding keys that no query may attend to; None: no padding."""
     aux_losses: list[torch.Tensor] = field(default_factory=list)
     """Scalar losses layers add in training (e.g. expert load balancing), one per application:
     a block applied several times (``model.share_blocks``) adds one each time."""

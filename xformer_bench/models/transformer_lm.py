@@ -8,29 +8,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from xformer_bench.errors import ConfigError
-from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
+from xformer_bench.models.capabilities import Part, check_compatible
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.embedding import TokenEmbedding
 from xformer_bench.models.init import init_weights
 from xformer_bench.models.output_head import OutputHead
-from xformer_bench.registry import ATTENTION, FFN, NORM, POSITION
+from xformer_bench.models.token_mixer import build_token_mixer
+from xformer_bench.registry import FFN, NORM, POSITION
 
 
-def refuse_shared_running_statistics(block: nn.Module) -> None:
-    """A shared block must not keep running statistics (persistent buffers that training
-    updates, e.g. PowerNorm's): applied at every depth, it would average all depths' statistics
-    into one, which no layer of an unshared model sees."""
-    saved = block.state_dict(keep_vars=True)
-    for name, _ in block.named_buffers():
-        if name in saved:  # persistent: state, not a constant
-            owner = type(block.get_submodule(name.rpartition(".")[0])).__name__
-            raise ConfigError(
-                f"model.share_blocks=true would mix every depth into one running statistic "
-                f"({owner}.{name.rpartition('.')[2]}); choose another norm or "
-                "model.share_blocks=false")
+def lm_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, object],
+             share_blocks: bool) -> list[Part]:
+    """The parts of a decoder-only LM whose declared capabilities must agree: the assembly
+    (it needs causal attention; it gives every depth its own block unless shared) and the
+    built module of each group in ``modules``, named by its option in ``specs``."""
+    assembly = Part("model", "model.share_blocks=true" if share_blocks else "a decoder-only LM",
+                    provides=frozenset() if share_blocks else frozenset({"unshared_blocks"}),
+                    requires={"attention": frozenset({"causal"})})
+    return [assembly, *(Part(group, f"{group}={specs[group]['name']}", module)
+                        for group, module in modules.items())]
 
 
 class TransformerLM(nn.Module):
@@ -55,18 +53,23 @@ class TransformerLM(nn.Module):
         self.embedding = TokenEmbedding(dims.vocab_size, dims.d_model, embedding_dim)
         self.position = POSITION.build(position, dims=dims)
         self.dropout = nn.Dropout(dims.dropout)
-        make_block = lambda i: Block(  # noqa: E731
-            MultiHeadAttention(dims, ATTENTION.build(attention, dims=dims), layer=i),
+        make_block = lambda: Block(  # noqa: E731
+            build_token_mixer(attention, dims),
             FFN.build(ffn, dims=dims, activation=activation),
             make_norm,
             placement=norm_placement,
             dropout=dims.dropout,
         )
+        first = make_block()
+        self.share_blocks = share_blocks
+        check_compatible(lm_parts(
+            {"attention": attention, "position": position, "norm": norm, "ffn": ffn},
+            {"attention": first.attention, "position": self.position,
+             "norm": first.norm_of("attention"), "ffn": first.feedforward},
+            share_blocks))
         # Block sharing (Dehghani et al. 2019; Lan et al. 2020): one block applied L times.
-        shared = make_block(0) if share_blocks else None
-        if shared is not None:
-            refuse_shared_running_statistics(shared)
-        self.blocks = nn.ModuleList(shared or make_block(i) for i in range(dims.n_layers))
+        self.blocks = nn.ModuleList(
+            first if share_blocks or i == 0 else make_block() for i in range(dims.n_layers))
         # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
@@ -77,9 +80,10 @@ class TransformerLM(nn.Module):
             block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) log-probs
-        ctx = ForwardContext(self.position)
+        ctx = ForwardContext(self.position, causal=True)
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            ctx.layer = 0 if self.share_blocks else i
             x = block(x, ctx)
         self._auxiliary_loss = ctx.auxiliary_loss()
         return self.head(self.final_norm(x))

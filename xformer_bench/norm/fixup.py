@@ -17,7 +17,8 @@ Simplifications, stated honestly: the paper also adds scalar biases *inside* eac
 bias vector that absorbs such a shift, so they are left out.  The classification layer is not
 zero-initialised because the output projection shares its weights with the input embedding.
 A branch's last layer is found by the name the codebase gives residual output projections
-(``out`` for attention, ``down`` for feed-forward layers); a branch without one is an error.
+(``out`` for attention, ``down`` for feed-forward layers); Fixup declares that it needs one
+(``requires``), so a branch without one is a ConfigError when the model is built.
 Intended for ``model.norm_placement=pre`` (in ``post`` the scalar bias sits on the residual
 stream instead of the branch input).
 """
@@ -45,6 +46,8 @@ def fixup_scale(n_branches: int, depth: int) -> float:
 
 
 class Fixup(Norm):
+    requires = {"attention": frozenset({"residual_output"}), "ffn": frozenset({"residual_output"})}
+
     def __init__(self):
         super().__init__()
         self.input_bias = nn.Parameter(torch.zeros(()))

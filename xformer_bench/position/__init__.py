@@ -3,8 +3,15 @@
 
 * ``embed``  -- added to the token embeddings (sinusoidal, learned);
 * ``bias``   -- an additive attention bias, added to the scaled logits ``q k^T / sqrt(Dh)``
-  (relative, t5, alibi); it may depend on the queries (Shaw et al.'s relative keys);
+  (relative, t5, alibi); it may depend on the queries (Shaw et al.'s relative keys).  It is
+  *lazy*: a :class:`PairBias`, a function of (query, key) index pairs that a kernel evaluates
+  on the pairs it computes (``bias.at(i, j)``), or densely when it computes all of them
+  (``bias.dense()``) -- so a sparse kernel never needs a T x T tensor;
 * ``rotate`` -- a transform of queries and keys (rotary).
+
+What a scheme needs of the attention is declared in ``requires`` (see
+:mod:`xformer_bench.models.capabilities`): a bias needs a kernel that adds one, a rotation
+needs queries and keys.
 
 Relative schemes share one convention: queries are the *last* ``t_query`` of the
 ``t_key`` key positions (the alignment of the causal mask in the attention kernels).
@@ -12,11 +19,49 @@ Relative schemes share one convention: queries are the *last* ``t_query`` of the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import torch
 from torch import nn
 
 
+class PairBias:
+    """An additive attention bias as a function of index pairs.
+
+    ``at(query_index, key_index)`` takes two long tensors that broadcast to a common shape S
+    (indices into the ``t_query`` queries and ``t_key`` keys) and returns the bias of those
+    pairs, heads first: (H, *S), or (B, H, *S) when it depends on the queries' content.
+    """
+
+    def __init__(self, t_query: int, t_key: int, device: torch.device,
+                 at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        self.t_query, self.t_key, self.device = t_query, t_key, device
+        self.at = at
+
+    @classmethod
+    def of_tensor(cls, bias: torch.Tensor) -> PairBias:
+        """The lazy form of a dense (H, Tq, Tk) or (B, H, Tq, Tk) bias."""
+        def at(query_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
+            query_index, key_index = torch.broadcast_tensors(query_index, key_index)
+            return bias[..., query_index, key_index]
+
+        return cls(bias.shape[-2], bias.shape[-1], bias.device, at)
+
+    def distance(self, query_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
+        """``j - i`` in positions (queries are the last ``t_query`` of the keys): shape S."""
+        return key_index - (query_index + self.t_key - self.t_query)
+
+    def dense(self) -> torch.Tensor:
+        """Every pair: (H, Tq, Tk) or (B, H, Tq, Tk)."""
+        query_index = torch.arange(self.t_query, device=self.device)[:, None]  # (Tq, 1)
+        key_index = torch.arange(self.t_key, device=self.device)[None, :]  # (1, Tk)
+        return self.at(query_index, key_index)
+
+
 class Position(nn.Module):
+    requires: Mapping[str, frozenset[str]] = {}
+    """Capabilities this scheme needs of other parts, by group (``{"attention": {...}}``)."""
+
     def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
         return x
 
@@ -26,9 +71,9 @@ class Position(nn.Module):
         t_key: int,
         layer: int = 0,
         query: torch.Tensor | None = None,  # (B, H, Tq, Dh), for content-dependent biases
-    ) -> torch.Tensor | None:
-        """Additive attention bias for layer ``layer``: (H, Tq, Tk), (B, H, Tq, Tk) when it
-        depends on ``query``, or None."""
+    ) -> PairBias | None:
+        """Additive attention bias of layer ``layer`` over ``t_query`` queries and ``t_key``
+        keys, or None."""
         return None
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

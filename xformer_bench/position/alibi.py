@@ -15,7 +15,7 @@ import math
 import torch
 
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.position import Position, relative_distance
+from xformer_bench.position import PairBias, Position
 from xformer_bench.registry import POSITION
 
 
@@ -33,6 +33,8 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:  # (H,)
 
 @POSITION.register("alibi")
 class AlibiPosition(Position):
+    requires = {"attention": frozenset({"additive_bias"})}
+
     def __init__(self, dims: ModelDims):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(dims.n_heads), persistent=False)  # (H,)
@@ -43,6 +45,10 @@ class AlibiPosition(Position):
         t_key: int,
         layer: int = 0,
         query: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # (H, Tq, Tk)
-        distance = relative_distance(t_query, t_key, self.slopes.device).abs()  # (Tq, Tk)
-        return -self.slopes[:, None, None] * distance  # (H, Tq, Tk)
+    ) -> PairBias:
+        def at(query_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:  # (H, *S)
+            distance = bias.distance(query_index, key_index).abs()  # S
+            return -self.slopes.view(-1, *[1] * distance.dim()) * distance
+
+        bias = PairBias(t_query, t_key, self.slopes.device, at)
+        return bias

@@ -15,12 +15,14 @@ import math
 import torch
 
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.position import LayerwiseTable, Position, relative_distance
+from xformer_bench.position import LayerwiseTable, PairBias, Position
 from xformer_bench.registry import POSITION
 
 
 @POSITION.register("relative")
 class RelativePosition(Position):
+    requires = {"attention": frozenset({"additive_bias"})}
+
     def __init__(
         self,
         dims: ModelDims,
@@ -37,23 +39,22 @@ class RelativePosition(Position):
             dims.n_layers, shared_across_layers, (2 * clip_distance + 1, dims.head_dim), init_std
         )  # per layer: (2k+1, Dh)
 
-    def table_index(self, t_query: int, t_key: int, device: torch.device) -> torch.Tensor:
-        """Row of the table for each (query, key) pair: clip(j - i, k) + k, (Tq, Tk)."""
-        k = self.clip_distance
-        return relative_distance(t_query, t_key, device).clamp(-k, k) + k  # (Tq, Tk)
-
     def bias(
         self,
         t_query: int,
         t_key: int,
         layer: int = 0,
         query: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    ) -> PairBias:
         if query is None:
             raise ValueError("the 'relative' position bias depends on the queries: pass query=")
-        b, h, tq, _ = query.shape  # (B, H, Tq, Dh)
         table = self.tables(layer).to(query.dtype)  # (2k+1, Dh)
-        per_distance = query @ table.T  # (B, H, Tq, 2k+1)
-        index = self.table_index(tq, t_key, query.device)  # (Tq, Tk)
-        logits = per_distance.gather(-1, index.expand(b, h, tq, t_key))  # (B, H, Tq, Tk)
-        return logits * self.scale
+        per_distance = query @ table.T * self.scale  # (B, H, Tq, 2k+1): O(T k), never T x T
+        k = self.clip_distance
+
+        def at(query_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:  # (B, H, *S)
+            row = bias.distance(query_index, key_index).clamp(-k, k) + k  # S
+            return per_distance[:, :, query_index.expand_as(row), row]
+
+        bias = PairBias(t_query, t_key, query.device, at)
+        return bias

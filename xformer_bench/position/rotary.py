@@ -16,6 +16,8 @@ from xformer_bench.registry import POSITION
 
 @POSITION.register("rotary")
 class RotaryPosition(Position):
+    requires = {"attention": frozenset({"queries_and_keys"})}
+
     def __init__(self, dims: ModelDims, base: float = 10000.0):
         super().__init__()
         if dims.head_dim % 2:

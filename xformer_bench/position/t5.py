@@ -15,7 +15,7 @@ import math
 import torch
 
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.position import LayerwiseTable, Position, relative_distance
+from xformer_bench.position import LayerwiseTable, PairBias, Position
 from xformer_bench.registry import POSITION
 
 
@@ -43,6 +43,8 @@ def relative_position_bucket(
 
 @POSITION.register("t5")
 class T5Position(Position):
+    requires = {"attention": frozenset({"additive_bias"})}
+
     def __init__(
         self,
         dims: ModelDims,
@@ -75,9 +77,15 @@ class T5Position(Position):
         t_key: int,
         layer: int = 0,
         query: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # (H, Tq, Tk)
+    ) -> PairBias:
         if t_key > self.length:  # memory or longer evaluation
             self._tabulate(t_key)
-        distance = relative_distance(t_query, t_key, self.bucket_of_distance.device)  # (Tq, Tk)
-        buckets = self.bucket_of_distance[distance + self.length - 1]  # (Tq, Tk)
-        return self.tables(layer)[buckets].permute(2, 0, 1)  # (H, Tq, Tk)
+        table = self.tables(layer)  # (num_buckets, H)
+
+        def at(query_index: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:  # (H, *S)
+            distance = bias.distance(query_index, key_index)  # S
+            buckets = self.bucket_of_distance[distance + self.length - 1]  # S
+            return table[buckets].movedim(-1, 0)  # (H, *S)
+
+        bias = PairBias(t_query, t_key, self.bucket_of_distance.device, at)
+        return bias
