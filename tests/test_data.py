@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from xformer_bench.data import enwik8
-from xformer_bench.data.byte_windows import IGNORE_INDEX, EvalWindows, RandomWindows, split_by_fraction
+from xformer_bench.data.byte_windows import EvalWindows, RandomWindows, split_by_fraction
 from xformer_bench.data.synthetic import generate
 from xformer_bench.errors import ConfigError, MissingDataError
 from xformer_bench.registry import DATA
+from xformer_bench.targets import IGNORE_INDEX
 
 
 @pytest.mark.parametrize("n_bytes,seq_len,batch", [(1000, 16, 4), (17, 16, 4), (16, 16, 3), (333, 7, 5)])

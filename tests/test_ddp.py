@@ -26,7 +26,7 @@ def test_ddp_sweep_on_cpu_writes_one_record_per_job_with_single_process_eval_cou
     for record in done:
         assert record["status"] == "finished" and record["steps"] == 16
         assert record["choices"]["trainer"] == "ddp" and record["config"]["trainer"]["devices"] == 2
-        assert record["eval_bytes"] == single["eval_bytes"] == {"val": 999, "test": 999}
+        assert record["eval_counts"] == single["eval_counts"] == {"val": 999, "test": 999}
         assert record["tokens_per_sec"] == pytest.approx(record["steps_per_sec"] * 4 * 32 * 2)
         assert record["flops_per_step"] == 2 * single["flops_per_step"]
 

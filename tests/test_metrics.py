@@ -1,4 +1,5 @@
-"""bits per byte = mean next-byte cross-entropy (nats) / ln 2 over exactly the evaluated bytes."""
+"""bits per byte = mean next-byte cross-entropy (nats) / ln 2 over exactly the evaluated bytes;
+the same task names its metric by the data's unit (bits per dim on images)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import pytest
 import torch
 
 from xformer_bench.data.byte_windows import ByteLMDataModule
+from xformer_bench.errors import ConfigError
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.tasks.lm import LanguageModelTask
+from xformer_bench.metric_spec import BITS_PER
 from xformer_bench.tasks.schedule import lr_factor
 
 
@@ -28,8 +31,8 @@ def _reference_bpb(model: torch.nn.Module, data: np.ndarray, seq_len: int) -> tu
     return nats / count / math.log(2), count
 
 
-@pytest.mark.parametrize("n_val", [1001, 64 * 8 + 1, 130])
-def test_validation_bpb_equals_reference_over_the_whole_split(n_val):
+def _validate(n_val: int, unit: str = "bytes") -> tuple[LanguageModelTask, dict, np.ndarray]:
+    """A tiny untrained LM validated on ``n_val`` random bytes: the task, its metrics, the data."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     splits = {s: rng.integers(0, 256, n).astype(np.uint8) for s, n in
@@ -37,15 +40,32 @@ def test_validation_bpb_equals_reference_over_the_whole_split(n_val):
     dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=64, vocab_size=256)
     model = TransformerLM(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
                           {"name": "sinusoidal"}).eval()
-    task = LanguageModelTask(model, optim={}, max_steps=1)
+    task = LanguageModelTask(model, optim={}, max_steps=1, unit=unit)
     dm = ByteLMDataModule(splits, seq_len=64, batch_size=4, seed=0, eval_batch_size=3)
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
                         accelerator="cpu")
-    metrics = trainer.validate(task, datamodule=dm, verbose=False)[0]
-    expected, count = _reference_bpb(model, splits["val"], 64)
-    assert task.evaluated_bytes["val"] == count == n_val - 1
+    return task, trainer.validate(task, datamodule=dm, verbose=False)[0], splits["val"]
+
+
+@pytest.mark.parametrize("n_val", [1001, 64 * 8 + 1, 130])
+def test_validation_bpb_equals_reference_over_the_whole_split(n_val):
+    task, metrics, val = _validate(n_val)
+    expected, count = _reference_bpb(task.model, val, 64)
+    assert task.evaluated_units["val"] == count == n_val - 1
     assert metrics["val/bpb"] == pytest.approx(expected, rel=1e-5)
     assert metrics["val/loss"] / math.log(2) == pytest.approx(metrics["val/bpb"], rel=1e-6)
+
+
+def test_the_data_unit_names_the_metric_and_nothing_else_changes():
+    byte_task, per_byte, _ = _validate(130)
+    dim_task, per_dim, _ = _validate(130, unit="dims")
+    assert (byte_task.metrics, dim_task.metrics) == ((BITS_PER["bytes"],), (BITS_PER["dims"],))
+    assert set(per_byte) == {"val/loss", "val/bpb"} and set(per_dim) == {"val/loss",
+                                                                         "val/bits_per_dim"}
+    assert per_dim["val/bits_per_dim"] == per_byte["val/bpb"]
+    assert dim_task.evaluated_units == byte_task.evaluated_units == {"val": 129}
+    with pytest.raises(ConfigError, match="no metric per 'examples'"):
+        LanguageModelTask(byte_task.model, optim={}, max_steps=1, unit="examples")
 
 
 def test_untrained_untied_model_is_near_uniform():

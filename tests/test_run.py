@@ -11,6 +11,7 @@ import pytest
 from conftest import compose_config, run_tiny
 from xformer_bench.errors import DivergedError
 from xformer_bench.results import record as records
+from xformer_bench.metric_spec import BITS_PER
 
 
 def test_a_run_writes_a_complete_record_in_both_places(tmp_path):
@@ -24,12 +25,15 @@ def test_a_run_writes_a_complete_record_in_both_places(tmp_path):
     block = (3 * d * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d) + 2 * 2 * d
     assert on_disk["params"] == v * d + block + 2 * d
     assert on_disk["flops_per_step"] > 6 * on_disk["params"] * 4 * 32 * 0.5
+    assert (on_disk["flops_analytic"], on_disk["flops_uncounted"]) == ({}, [])  # all counted
     assert on_disk["steps_per_sec"] > 0 and on_disk["tokens_per_sec"] == pytest.approx(
         on_disk["steps_per_sec"] * 4 * 32)
     assert on_disk["early"]["step"] == 2 and on_disk["final"]["step"] == 16
     assert on_disk["final"]["val/bpb"] == pytest.approx(on_disk["final"]["val/loss"] / math.log(2))
     assert on_disk["test"]["test/bpb"] < 8.5
-    assert on_disk["eval_bytes"] == {"val": 999, "test": 999}
+    assert (on_disk["schema"], on_disk["task"], on_disk["primary_metric"]) == (2, "lm", "bpb")
+    assert on_disk["metrics"] == [BITS_PER["bytes"].as_record()]
+    assert (on_disk["eval_unit"], on_disk["eval_counts"]) == ("bytes", {"val": 999, "test": 999})
     assert on_disk["peak_memory_mb"] > 0 and on_disk["wall_time_sec"] > 0
     assert not list((tmp_path / "results" / "default").glob(".*tmp"))  # no partial files left
 

@@ -3,6 +3,9 @@
 fixture_activations: ReLU (seed 2 diverged), GeLU (3 seeds, plus a stale copy of seed 0),
 SwiGLU (1 seed, no test metric), GeGLU (2 diverged + 1 failed), a corrupt and a partial file.
 fixture_positions: two positions on synthetic (learned: seed 1 interrupted) and enwik8.
+Both are schema-1 records, read as schema 2: their goldens guard the upgrade.
+fixture_tasks (schema 2): ReLU and GeLU on three tasks -- byte LM on synthetic (bpb), pixel LM
+on cifar10 (bits/dim), classification on cifar10_classify (top-1 and top-5, higher is better).
 Set XBENCH_UPDATE_GOLDEN=1 to rewrite tests/golden/ after an intended change.
 """
 
@@ -22,14 +25,14 @@ from xformer_bench.results import latex, markdown
 from xformer_bench.results.__main__ import main
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
-from xformer_bench.results.metrics import metrics_for
 from xformer_bench.results.table import si
 from xformer_bench.results.variants import group_variants, repeated_seeds
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "records"
 GOLDEN = HERE / "golden"
-EXPERIMENTS = ("fixture_activations", "fixture_positions")
+BLEU = {"name": "bleu", "title": "BLEU", "higher_is_better": True, "digits": 1}
+EXPERIMENTS = ("fixture_activations", "fixture_positions", "fixture_tasks")
 
 
 @pytest.fixture(scope="module")
@@ -110,16 +113,18 @@ def test_best_value_is_bold_lower_or_higher_per_metric(found):
     assert bold["Final loss"] == ["SwiGLU"] and bold["Early loss"] == ["SwiGLU"]
     assert bold["synthetic bpb"] == ["GeLU"]
     assert bold["Params"] == bold["Step/s"] == bold["Seeds"] == []
-    # BLEU: higher is better
+    # BLEU, declared higher-is-better by the record
     records = copy.deepcopy(found.of("fixture_positions"))
     for record in records:
         learned, interrupted = record["choices"]["position"] == "learned", \
             record["status"] == "interrupted"
         record["choices"]["data"] = "wmt"
+        record.update(metrics=[BLEU], primary_metric="bleu")
         record["test"] = {"test/bleu": 90.0 if interrupted else 20.0 if learned else 25.0}
     wmt = table_of(records)
-    assert [c.title for c in wmt.columns if c.title.startswith("WMT")] == ["WMT BLEU"]
-    best = [r.label for r in wmt.rows if cells(wmt, r.label)["WMT BLEU"].bold]
+    assert [c.title for c in wmt.columns if c.title.startswith("wmt")] == ["wmt BLEU"]
+    assert "| **25.0 ± 0.0** |" in markdown.render(wmt)  # the digits the spec declares
+    best = [r.label for r in wmt.rows if cells(wmt, r.label)["wmt BLEU"].bold]
     assert best == ["Sinusoidal"]  # 25 > 20 (the interrupted 90 is not averaged in)
 
 
@@ -184,12 +189,36 @@ def test_active_params_column_appears_only_for_routed_models(found):
     assert active.mean == 500_000
 
 
-def test_metric_table_directions_and_fallback():
-    assert [(m.title, m.higher_is_better) for m in metrics_for("wmt", [])] == [("WMT BLEU", True)]
-    assert metrics_for("cifar10", [])[0].key == "test/bits_per_dim"
-    fallback = metrics_for("mystery", ["test/loss", "test/top1", "test/ppl"])
-    assert [(m.title, m.higher_is_better) for m in fallback] == \
-        [("mystery ppl", False), ("mystery top1", True)]
+def test_tasks_side_by_side_take_titles_and_directions_from_their_specs(found):
+    """The done-when of issue 8 item 6: classification (higher is better) and pixel LM next
+    to byte LM in one table."""
+    table = table_of(found.of("fixture_tasks"))
+    assert [c.title for c in table.columns][5:] == [
+        "synthetic bpb", "cifar10_classify top-1 (%)", "cifar10_classify top-5 (%)",
+        "cifar10 bits/dim", "Seeds"]
+    bold = {c.title: [r.label for r in table.rows if r.cells[i].bold]
+            for i, c in enumerate(table.columns)}
+    assert bold["cifar10_classify top-1 (%)"] == ["ReLU"]  # 61.5 > 60.3: highest wins
+    assert bold["cifar10_classify top-5 (%)"] == ["GeLU"]  # 91.2 > 90.3
+    assert bold["synthetic bpb"] == bold["cifar10 bits/dim"] == ["GeLU"]  # lowest wins
+    relu = cells(table, "ReLU")
+    top1 = relu["cifar10_classify top-1 (%)"]
+    assert (top1.mean, top1.std) == (pytest.approx(61.5), pytest.approx(np.std([61.2, 61.8],
+                                                                                ddof=1)))
+    assert relu["cifar10 bits/dim"].mean == 3.512 and relu["cifar10 bits/dim"].std is None
+    assert table.loss_data == "Synthetic"  # the dataset with the most runs
+    assert "| ReLU | 826K | 23.4G | 6.43 ± 0.04 | 2.710 ± 0.014 | 2.255 ± 0.007 | " \
+        "3.285 ± 0.007 | **61.50 ± 0.42** | 90.30 ± 0.28 | 3.512 | 2 |" in markdown.render(table)
+    assert r"cifar10\_classify top-1 (\%)" in latex.render(table)
+
+
+def test_a_column_is_a_dataset_and_a_metric_never_a_dataset_alone(found):
+    records = copy.deepcopy(found.of("fixture_tasks"))
+    for record in records:  # both CIFAR-10 tasks on one data choice: still two columns
+        if record["choices"]["data"].startswith("cifar10"):
+            record["choices"]["data"] = "cifar10"
+    titles = [c.title for c in table_of(records).columns]
+    assert "cifar10 bits/dim" in titles and "cifar10 top-1 (%)" in titles
 
 
 def test_si_formatting():

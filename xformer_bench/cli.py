@@ -42,7 +42,7 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         done = finished_record(config, choices)
         if done is not None:
             print(f"[xbench] skip {done['run_id']}: already finished")
-            return (done.get("final") or {}).get("val/bpb")
+            return _objective(done)
     try:
         record = execute(config, choices, overrides, run_dir)
     except XbenchError as error:
@@ -53,7 +53,7 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
                    f"traceback: {_save_traceback(run_dir)}"]
     else:
         _report(record)
-        return (record.get("final") or {}).get("val/bpb")
+        return _objective(record)
     print(f"error: {message}" + (f" ({'; '.join(details)})" if details else ""), file=sys.stderr)
     if not multirun:
         sys.exit(status)
@@ -80,11 +80,24 @@ def _recorded_as(config: dict[str, Any], choices: dict[str, str], run_dir: Path)
     return [f"recorded as {record['status']}: {path}"] if record["run_dir"] == str(run_dir) else []
 
 
+def _objective(record: dict) -> float | None:
+    """What a sweep optimises: the primary metric's final validation value (its direction is
+    the spec's ``higher_is_better``)."""
+    from xformer_bench.results.record import primary_metric
+
+    spec = primary_metric(record)
+    return (record.get("final") or {}).get(spec.key("val")) if spec else None
+
+
 def _report(record: dict) -> None:
+    from xformer_bench.results.record import primary_metric
+
+    spec = primary_metric(record)
     final, test = record.get("final") or {}, record.get("test") or {}
     print(
-        f"[xbench] {record['run_id']}: final val bpb {final.get('val/bpb', float('nan')):.4f}"
-        f" | test bpb {test.get('test/bpb', float('nan')):.4f}"
+        f"[xbench] {record['run_id']}: final val {spec.name} "
+        f"{final.get(spec.key('val'), float('nan')):.4f}"
+        f" | test {spec.name} {test.get(spec.key('test'), float('nan')):.4f}"
         f" | {record['steps_per_sec']:.2f} steps/s, {record['tokens_per_sec']:,.0f} tokens/s"
         f" | {record['params']:,} params\n[xbench] record: {record['record_path']}"
     )

@@ -28,11 +28,11 @@ def _build_datamodule(config: dict[str, Any]):
 
 
 def _build_task(config: dict[str, Any], datamodule):
-    from xformer_bench.models.build import build_model
-    from xformer_bench.tasks.lm import LanguageModelTask
+    """The task the datamodule names (``datamodule.task``), with its model; an unknown task
+    is one ``error:`` line before the model is built."""
+    from xformer_bench.tasks import TASK
 
-    model = build_model(config, datamodule.vocab_size)
-    return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"])
+    return TASK.get(datamodule.task)(config, datamodule)
 
 
 def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> None:
@@ -47,17 +47,20 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = _build_datamodule(config)
     task = _build_task(config, datamodule)
+    record.update(records.task_fields(datamodule.task, task.metrics, task.unit))
     seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()
-    record["flops_per_step"] = training_step_flops(
-        task.model, seq_len, batch_size) * config["trainer"]["accumulate_grad_batches"]
+    flops = training_step_flops(task.model, seq_len, batch_size)
 
     tokens_per_step = seq_len * batch_size * config["trainer"]["accumulate_grad_batches"]
     throughput, history = Throughput(tokens_per_step), ValidationHistory()
     loggers = build_loggers(config["logger"], run_dir, record)
     trainer = build_trainer(config["trainer"], loggers, [throughput, history], run_dir)
-    record["flops_per_step"] *= trainer.world_size  # each rank trains on its own batch
+    # Each rank trains on its own batches, each step on accumulate_grad_batches of them.
+    flops = flops.scaled(config["trainer"]["accumulate_grad_batches"] * trainer.world_size)
+    record.update(flops_per_step=flops.total, flops_analytic=flops.analytic,
+                  flops_uncounted=flops.uncounted)
     completed = False
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=config["resume"])
@@ -73,7 +76,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
             early=history.at_fraction(1 / 8, max_steps),
             final=history.points[-1] if history.points else None,
             history=history.points,
-            eval_bytes=dict(task.evaluated_bytes),
+            eval_counts=dict(task.evaluated_units),
         )
         close_loggers(loggers, failed=not completed)
 

@@ -1,2 +1,4 @@
 """Datasets.  Each variant module registers a builder ``build(*, seed, data_dir, **yaml)``
-returning a LightningDataModule; its task is named by the datamodule's ``task`` attribute."""
+returning a LightningDataModule whose ``task`` attribute names the task that trains on it
+(a :data:`xformer_bench.tasks.TASK` name) and whose ``unit`` says what its evaluation counts
+(``"bytes"``, ``"dims"``, ``"examples"``, ``"tokens"``)."""

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-IGNORE_INDEX = -100
+from xformer_bench.targets import IGNORE_INDEX
 
 
 class RandomWindows(Dataset):
@@ -66,7 +66,8 @@ class EvalWindows(Dataset):
 
 
 class ByteLMDataModule(L.LightningDataModule):
-    task = "lm"
+    task = "lm"        # trained and scored by tasks/lm.py
+    unit = "bytes"     # what evaluation counts: the metric is bits per byte
     vocab_size = 256
 
     def __init__(self, splits: dict[str, np.ndarray], seq_len: int, batch_size: int, seed: int,

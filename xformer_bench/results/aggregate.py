@@ -1,10 +1,10 @@
 """Variants -> a :class:`Table` in the shape of Narang et al. (2021) Table 1.
 
 Columns: Params (and Active params when a routed layer makes them differ), Ops (FLOPs per
-step), Step/s, Early loss, Final loss, one test metric per dataset present, Seeds.  Only
-finished runs are averaged; a variant with none shows its status instead.  Params, Ops,
-Step/s, the losses and Seeds come from the dataset with the most runs (ties:
-:data:`metrics.METRICS` order) -- the pre-training task of the survey.
+step), Step/s, Early loss, Final loss, one column per test metric the records declare on each
+dataset (:mod:`metrics`), Seeds.  Only finished runs are averaged; a variant with none shows
+its status instead.  Params, Ops, Step/s, the losses and Seeds come from the dataset with the
+most runs (ties: by name) -- the pre-training task of the survey.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from xformer_bench.results.metrics import Metric, dataset_order, metrics_for
+from xformer_bench.results.metrics import Metric, table_metrics
 from xformer_bench.results.record import STATUSES
 from xformer_bench.results.table import Cell, Column, Row, Table
 from xformer_bench.results.variants import Variant, data_of
@@ -69,8 +69,8 @@ def configured(runs: list[dict[str, Any]], key: str) -> Cell:
 
 def _metric_value(metric: Metric) -> Extract:
     def extract(record: dict[str, Any]) -> Any:
-        value = (record.get("test") or {}).get(metric.key)
-        return value * metric.scale if _finite(value) is not None else None
+        value = (record.get("test") or {}).get(metric.test_key)
+        return value * metric.spec.scale if _finite(value) is not None else None
 
     return extract
 
@@ -89,16 +89,14 @@ def _seeds(runs: list[dict[str, Any]]) -> Cell:
 def datasets_of(variants: list[Variant]) -> list[str]:
     """The experiment's datasets, the one with most runs (the pre-training task) first."""
     counts = Counter(data_of(r) for v in variants for r in v.records)
-    return sorted(dataset_order(counts), key=lambda d: -counts[d])  # stable: ties keep order
+    return sorted(counts, key=lambda d: (-counts[d], d))
 
 
 def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], str]:
     """The columns, the metric behind each metric column, and the loss columns' dataset."""
     records = [r for v in variants for r in v.records]
     datasets = datasets_of(variants)
-    metrics = [m for d in datasets
-               for m in metrics_for(d, [k for r in records if data_of(r) == d
-                                        for k in (r.get("test") or {})])]
+    metrics = table_metrics(records, datasets)
     routed = any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
                  for r in records)
     columns = [
@@ -108,8 +106,8 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
         Column("steps_per_sec", "Step/s", digits=2),
         Column("early_loss", "Early loss", digits=3, higher_is_better=False),
         Column("final_loss", "Final loss", digits=3, higher_is_better=False),
-        *(Column(m.column_key, m.title, digits=m.digits, higher_is_better=m.higher_is_better)
-          for m in metrics),
+        *(Column(m.column_key, m.title, digits=m.spec.digits,
+                 higher_is_better=m.spec.higher_is_better) for m in metrics),
         Column("seeds", "Seeds", kind="text"),
     ]
     return columns, metrics, (datasets[0] if datasets else "")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xformer_bench.results.record import SCHEMA_VERSION, check_shapes, validate
+from xformer_bench.results.record import SCHEMA_VERSION, check_shapes, upgrade, validate
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,14 @@ def record_paths(results_dir: Path, exclude: tuple[Path, ...] = ()) -> list[Path
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    """The record in ``path``; ``ValueError`` naming what is wrong otherwise."""
+    """The record in ``path`` as schema 2; ``ValueError`` naming what is wrong otherwise."""
     try:
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"unreadable JSON ({error})") from error
     if not isinstance(payload, dict):
         raise ValueError(f"a JSON {type(payload).__name__}, not a run record")
+    payload = upgrade(payload)
     validate(payload)
     if payload["schema"] != SCHEMA_VERSION:
         raise ValueError(f"schema {payload['schema']!r}, this reader knows {SCHEMA_VERSION}")

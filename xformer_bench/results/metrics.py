@@ -1,54 +1,48 @@
-"""Which test metric each dataset contributes to a table, and which way is better.
+"""A table's metric columns, read from the metric specs the records carry (schema 2).
 
-One row per (dataset, metric): adding a task adds a line here.  A dataset not listed still
-gets a column for each ``test/*`` key its records carry (lower is better unless the key is
-in :data:`HIGHER_IS_BETTER_KEYS`).
+A column is one (dataset, metric) pair -- CIFAR-10 bits/dim of the pixel LM and CIFAR-10
+top-1 of the classifier are two columns -- and takes its title, direction (which value is
+bold) and precision from the spec its task declared, never from a list of datasets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+from xformer_bench.metric_spec import MetricSpec
+from xformer_bench.results.variants import data_of
 
 
 @dataclass(frozen=True)
 class Metric:
     data: str                       # the data group's choice name
-    key: str                        # key in the record's "test" dict
-    title: str                      # column title
-    higher_is_better: bool = False
-    digits: int = 3
-    scale: float = 1.0              # shown value = scale * recorded value
+    spec: MetricSpec
 
     @property
     def column_key(self) -> str:
-        return f"{self.data}_{self.key.split('/')[-1]}"
+        return f"{self.data}_{self.spec.name}"
+
+    @property
+    def title(self) -> str:
+        return f"{self.data} {self.spec.title}"
+
+    @property
+    def test_key(self) -> str:      # key in the record's "test" dict
+        return self.spec.key("test")
 
 
-METRICS: tuple[Metric, ...] = (
-    Metric("enwik8", "test/bpb", "enwik8 bpb"),
-    Metric("text", "test/bpb", "text bpb"),
-    Metric("synthetic", "test/bpb", "synthetic bpb"),
-    Metric("cifar10", "test/bits_per_dim", "CIFAR-10 bits/dim"),
-    Metric("wmt", "test/bleu", "WMT BLEU", higher_is_better=True, digits=2),
-    Metric("imagenet", "test/top1", "ImageNet top-1 (%)", higher_is_better=True, digits=2,
-           scale=100.0),
-)
-
-HIGHER_IS_BETTER_KEYS = ("test/bleu", "test/top1", "test/top5", "test/accuracy")
+def metrics_of(record: dict[str, Any]) -> list[Metric]:
+    """The metrics a record declares, on its dataset, primary first."""
+    return [Metric(data_of(record), MetricSpec.from_record(s)) for s in record["metrics"]]
 
 
-def metrics_for(data: str, test_keys: Iterable[str]) -> list[Metric]:
-    """The declared metrics of ``data``, else one per recorded test key (less the loss)."""
-    declared = [m for m in METRICS if m.data == data]
-    if declared:
-        return declared
-    return [Metric(data, key, f"{data} {key.split('/')[-1]}", key in HIGHER_IS_BETTER_KEYS)
-            for key in sorted(set(test_keys)) if key != "test/loss"]
-
-
-def dataset_order(names: Iterable[str]) -> list[str]:
-    """Declared datasets in :data:`METRICS` order, then the others by name."""
-    names = set(names)
-    declared = list(dict.fromkeys(m.data for m in METRICS if m.data in names))
-    return declared + sorted(names - set(declared))
+def table_metrics(records: Iterable[dict[str, Any]], datasets: list[str]) -> list[Metric]:
+    """Every metric the records declare, by dataset in ``datasets`` order, each column once
+    (its spec from the first record that declares it)."""
+    found: dict[str, Metric] = {}
+    for record in records:
+        for metric in metrics_of(record):
+            found.setdefault(metric.column_key, metric)
+    return sorted(found.values(), key=lambda m: datasets.index(m.data))

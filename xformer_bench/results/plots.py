@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from xformer_bench.results.aggregate import datasets_of
+from xformer_bench.results.aggregate import LOSS_KEY, datasets_of
+from xformer_bench.results.record import primary_metric
 from xformer_bench.results.table import Table
 from xformer_bench.results.variants import Variant
 
-CURVE_KEYS = ("val/loss", "val/bpb")  # the first one the history carries is drawn
 FORMATS = ("png", "pdf")
 
 
@@ -34,8 +34,10 @@ def seed_band(runs: list[dict[str, Any]], key: str) -> tuple[np.ndarray, ...]:
 
 
 def curve_key(runs: list[dict[str, Any]]) -> str | None:
+    """The validation loss, else the first run's primary metric, if the histories carry it."""
     keys = {k for r in runs for p in (r.get("history") or []) for k in p}
-    return next((k for k in CURVE_KEYS if k in keys), None)
+    primary = [spec.key("val") for spec in map(primary_metric, runs) if spec is not None]
+    return next((k for k in (LOSS_KEY, *primary) if k in keys), None)
 
 
 def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Path]:

@@ -3,6 +3,11 @@
 Its identity (``run_id``) is a hash of the resolved configuration less where files live and
 how the run is logged, so re-running the same configuration replaces its record instead of
 adding a second one.
+
+Schema 2 records say what their task measured: ``task``, ``metrics`` (the task's
+:class:`MetricSpec` s, primary first), ``primary_metric``, ``eval_unit`` and ``eval_counts``
+(units evaluated per split).  Schema 1 records (byte-level language modelling only, with
+``eval_bytes``) are read as schema 2 by :func:`upgrade`.
 """
 
 from __future__ import annotations
@@ -12,20 +17,25 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from xformer_bench.metric_spec import BITS_PER, MetricSpec
+
+SCHEMA_VERSION = 2
 STATUSES = ("finished", "diverged", "failed", "interrupted")
 IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed")
 
 REQUIRED_KEYS = (
     "schema", "run_id", "experiment", "status", "error", "choices", "overrides", "seed",
     "git_commit", "params", "active_params", "flops_per_step", "steps_per_sec", "tokens_per_sec",
-    "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "eval_bytes", "steps",
-    "wall_time_sec", "config",
+    "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "task", "metrics",
+    "primary_metric", "eval_unit", "eval_counts", "steps", "wall_time_sec", "config",
 )
+TASK_KEYS = ("task", "metrics", "primary_metric", "eval_unit")
+"""Keys the task fills once built (:func:`task_fields`); None (metrics: []) until then."""
 
 
 MEASURED = ("params", "active_params", "flops_per_step", "steps_per_sec", "tokens_per_sec",
@@ -34,7 +44,7 @@ MEASURED = ("params", "active_params", "flops_per_step", "steps_per_sec", "token
 
 SHAPES = {"run_id": str, "experiment": str, "choices": dict, "config": dict, "overrides": list,
           "early": (dict, type(None)), "final": (dict, type(None)), "test": (dict, type(None)),
-          "history": (list, type(None))}
+          "history": (list, type(None)), "metrics": list}
 """What the tables read, beyond the keys' presence."""
 
 
@@ -50,9 +60,39 @@ def new_record(config: dict[str, Any], choices: dict[str, Any], overrides: list[
         "schema": SCHEMA_VERSION, "run_id": run_identity(config, choices),
         "experiment": config["experiment_name"], "status": "failed", "error": None,
         "choices": choices, "overrides": list(overrides), "seed": config["seed"],
-        "git_commit": git_commit(), **dict.fromkeys(MEASURED), "eval_bytes": {}, "steps": 0,
+        "git_commit": git_commit(), **dict.fromkeys(MEASURED), **dict.fromkeys(TASK_KEYS),
+        "metrics": [], "eval_counts": {}, "flops_analytic": {}, "flops_uncounted": [], "steps": 0,
         "config": config, "run_dir": str(run_dir), "started_at": now(),
     }
+
+
+def task_fields(task: str, metrics: Sequence[MetricSpec], unit: str) -> dict[str, Any]:
+    """What a record says of its task: its name, metric specs (the first is the primary one)
+    and the unit its evaluation counts."""
+    return {"task": task, "metrics": [m.as_record() for m in metrics],
+            "primary_metric": metrics[0].name, "eval_unit": unit}
+
+
+def primary_metric(record: dict[str, Any]) -> MetricSpec | None:
+    """The spec of the record's primary metric; None before its task was built."""
+    specs = [MetricSpec.from_record(s) for s in record.get("metrics") or []]
+    return next((s for s in specs if s.name == record.get("primary_metric")), None)
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as schema 2, the one conversion of older records on read.
+
+    Schema 1 was written by byte-level language modelling only: its task is ``lm``, its one
+    metric bits per byte, and its ``eval_bytes`` the evaluated units.  Any other record is
+    returned as it is (:func:`validate` and the schema check judge it).
+    """
+    if record.get("schema") != 1:
+        return record
+    upgraded = {k: v for k, v in record.items() if k != "eval_bytes"}
+    upgraded.update(schema=SCHEMA_VERSION, **task_fields("lm", [BITS_PER["bytes"]], "bytes"))
+    if "eval_bytes" in record:
+        upgraded["eval_counts"] = record["eval_bytes"]
+    return upgraded
 
 
 def run_identity(config: dict[str, Any], choices: dict[str, str]) -> str:
@@ -105,10 +145,13 @@ def check_shapes(record: dict[str, Any]) -> None:
     for key, kinds in SHAPES.items():
         if not isinstance(record.get(key), kinds):
             raise ValueError(f"{key!r} is a {type(record.get(key)).__name__}")
+    for spec in record["metrics"]:
+        MetricSpec.from_record(spec)
 
 
 def load(path: Path) -> dict[str, Any]:
-    record = json.loads(Path(path).read_text())
+    """The record in ``path``, as schema 2 (:func:`upgrade`)."""
+    record = upgrade(json.loads(Path(path).read_text()))
     validate(record)
     return record
 

@@ -1,8 +1,9 @@
-"""Autoregressive byte-level language modelling.
+"""Autoregressive language modelling over a vocabulary of units (bytes of text, pixel values).
 
-Loss is the mean next-byte cross-entropy in nats; bits per byte (bpb) is that mean over the
-evaluated bytes divided by ln 2.  Validation and test accumulate the summed nats and the byte
-count over the whole split (across ranks) before dividing, so padding never dilutes them.
+Loss is the mean next-unit cross-entropy in nats; the metric is that mean over the evaluated
+units divided by ln 2, named by the data's unit (:data:`~xformer_bench.metric_spec.BITS_PER`: ``bpb`` for bytes,
+``bits_per_dim`` for image dimensions).  Validation and test accumulate the summed nats and the
+unit count over the whole split (across ranks) before dividing, so padding never dilutes them.
 """
 
 from __future__ import annotations
@@ -15,28 +16,35 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import SumMetric
 
-from xformer_bench.data.byte_windows import IGNORE_INDEX
 from xformer_bench.errors import DivergedError
+from xformer_bench.models.build import build_model
+from xformer_bench.targets import IGNORE_INDEX
+from xformer_bench.tasks import TASK
+from xformer_bench.metric_spec import bits_metric
 from xformer_bench.tasks.schedule import lr_factor
 
 LN2 = math.log(2.0)
 
 
-def bits_per_byte(nats_sum: torch.Tensor, n_bytes: torch.Tensor) -> torch.Tensor:
-    return nats_sum / n_bytes / LN2
+def bits_per_unit(nats_sum: torch.Tensor, n_units: torch.Tensor) -> torch.Tensor:
+    return nats_sum / n_units / LN2
 
 
 class LanguageModelTask(L.LightningModule):
-    def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int):
+    def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int,
+                 unit: str = "bytes"):
         super().__init__()
         self.model = model
         self.optim = dict(optim)
         self.max_steps = max_steps
+        self.unit = unit
+        self.bits = bits_metric(unit)
+        self.metrics = (self.bits,)
         self.eval_nats = SumMetric()
-        self.eval_bytes = SumMetric()
-        self.evaluated_bytes: dict[str, int] = {}
+        self.eval_units = SumMetric()
+        self.evaluated_units: dict[str, int] = {}
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, 256)
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
         return self.model(tokens)
 
     def _nats(self, batch, reduction: str) -> torch.Tensor:
@@ -53,22 +61,23 @@ class LanguageModelTask(L.LightningModule):
             raise DivergedError(f"training loss is {loss.item()} at step {self.global_step}; "
                                 "lower optim.lr or raise optim.warmup_steps")
         self.log("train/loss", nats, prog_bar=True)
-        self.log("train/bpb", nats / LN2, prog_bar=True)
+        self.log(self.bits.key("train"), nats / LN2, prog_bar=True)
         if auxiliary is not None:
             self.log("train/aux_loss", auxiliary)
         return loss
 
     def _eval_step(self, batch) -> None:
         self.eval_nats.update(self._nats(batch, "sum"))
-        self.eval_bytes.update((batch[1] != IGNORE_INDEX).sum())
+        self.eval_units.update((batch[1] != IGNORE_INDEX).sum())
 
     def _eval_end(self, split: str) -> None:
-        nats, n = self.eval_nats.compute(), self.eval_bytes.compute()
+        nats, n = self.eval_nats.compute(), self.eval_units.compute()
         self.eval_nats.reset()
-        self.eval_bytes.reset()
-        self.evaluated_bytes[split] = int(n)
+        self.eval_units.reset()
+        self.evaluated_units[split] = int(n)
         self.log(f"{split}/loss", nats / n, prog_bar=split == "val", sync_dist=False)
-        self.log(f"{split}/bpb", bits_per_byte(nats, n), prog_bar=split == "val", sync_dist=False)
+        self.log(self.bits.key(split), bits_per_unit(nats, n), prog_bar=split == "val",
+                 sync_dist=False)
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._eval_step(batch)
@@ -96,3 +105,11 @@ class LanguageModelTask(L.LightningModule):
                          decay=o["decay"], min_lr_ratio=o["min_lr_ratio"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+@TASK.register("lm")
+def build(config: dict, datamodule: L.LightningDataModule) -> LanguageModelTask:
+    """The model the config describes over the data's vocabulary, scored per the data's unit."""
+    model = build_model(config, datamodule.vocab_size)
+    return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"],
+                             unit=datamodule.unit)
