@@ -47,7 +47,7 @@ class ProjectedKeys(AttentionKernel):
         super().__init__()
         self.key_map = nn.Linear(dims.head_dim, dims.head_dim, bias=False)
 
-    def forward(self, q, k, v, *, causal, bias=None, key_padding_mask=None):  # (B, H, T, Dh)
+    def forward(self, q, k, v, *, causal, bias=None, key_padding_mask=None, layer=0):
         return F.scaled_dot_product_attention(q, self.key_map(k), v, is_causal=causal)
 
 

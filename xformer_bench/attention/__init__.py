@@ -3,8 +3,10 @@
 A registered builder takes ``dims`` (:class:`~xformer_bench.models.dims.ModelDims`) plus the
 keys of its YAML and returns one of two kinds of module, told apart by base class:
 
-* an :class:`AttentionKernel` -- ``kernel(q, k, v, *, causal, bias=None, key_padding_mask=None)``
-  over (B, H, T, Dh) queries and (B, H, S, Dh) keys and values.  The model wraps it in
+* an :class:`AttentionKernel` -- ``kernel(q, k, v, *, causal, bias=None, key_padding_mask=None,
+  layer=0)`` over (B, H, T, Dh) queries and (B, H, S, Dh) keys and values (S >= T: the queries
+  are the last T positions; ``layer`` is ``ctx.layer``, for patterns that alternate or are drawn
+  per layer).  The model wraps it in
   :class:`~xformer_bench.models.attention_layer.MultiHeadAttention`, the one home of the q/k/v
   and output projections; a kernel that needs parameters of its own owns them.
 * a :class:`TokenMixer` -- ``mixer(x, ctx) -> x`` over (B, T, D), the whole sublayer: a layer
@@ -47,6 +49,8 @@ class AttentionKernel(nn.Module):
     ``provides`` to what they honour."""
 
     provides: frozenset[str] = EXACT_ATTENTION
+    sub_quadratic: bool = False
+    """Its paper claims time and memory below T^2: the allocation test holds it to that."""
 
     def forward(
         self,
@@ -57,6 +61,7 @@ class AttentionKernel(nn.Module):
         causal: bool,
         bias: PairBias | None = None,  # additive, lazy: evaluate on the pairs computed
         key_padding_mask: torch.Tensor | None = None,  # (B, S) bool, True = padding
+        layer: int = 0,
     ) -> torch.Tensor:  # (B, H, T, Dh)
         raise NotImplementedError
 
@@ -67,6 +72,7 @@ class TokenMixer(nn.Module):
     default: a mixer says what it supports."""
 
     provides: frozenset[str] = frozenset()
+    sub_quadratic: bool = False
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         raise NotImplementedError

@@ -32,6 +32,7 @@ class FullAttention(AttentionKernel):
         causal: bool,
         bias: PairBias | None = None,
         key_padding_mask: torch.Tensor | None = None,  # (B, S) bool, True = padding
+        layer: int = 0,
     ) -> torch.Tensor:  # (B, H, T, Dh)
         p = self.dropout if self.training else 0.0
         t, s = q.shape[-2], k.shape[-2]

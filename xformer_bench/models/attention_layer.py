@@ -29,6 +29,7 @@ class MultiHeadAttention(TokenMixer):
         self.out = nn.Linear(dims.d_model, dims.d_model)
         self.kernel = kernel
         self.provides = kernel.provides | {"queries_and_keys"}
+        self.sub_quadratic = kernel.sub_quadratic
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, T, Dh), keys and values (B, H_kv, T, Dh) of ``x`` (B, T, D)."""
@@ -48,5 +49,5 @@ class MultiHeadAttention(TokenMixer):
         k, v = self.share_kv_heads(k), self.share_kv_heads(v)  # (B, H, T, Dh) each
         bias = ctx.position.bias(t, t, layer=ctx.layer, query=q)  # lazy PairBias or None
         y = self.kernel(q, k, v, causal=ctx.causal, bias=bias,
-                        key_padding_mask=ctx.key_padding_mask)  # (B, H, T, Dh)
+                        key_padding_mask=ctx.key_padding_mask, layer=ctx.layer)  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).reshape(b, t, d))
