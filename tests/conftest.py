@@ -69,3 +69,13 @@ def declared_refusals(config: dict) -> list[str]:
         "ffn": FFN.build(config["ffn"], dims=dims, activation=config["activation"]),
     }
     return unmet(lm_parts(config, modules, share_blocks=m["share_blocks"]))
+
+
+def compile_latex(folder: Path, inputs: list[str]) -> subprocess.CompletedProcess:
+    """pdflatex on a document that \\inputs ``inputs`` (.tex files in ``folder``), booktabs loaded."""
+    body = "\n".join(rf"\input{{{name}}}" for name in inputs)
+    (folder / "doc.tex").write_text(
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        f"{body}\n\\end{{document}}\n")
+    return subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+                          cwd=folder, capture_output=True, text=True, timeout=60)

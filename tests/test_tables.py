@@ -15,12 +15,12 @@ import copy
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import compile_latex
 from xformer_bench.results import latex, markdown
 from xformer_bench.results.__main__ import main
 from xformer_bench.results.aggregate import build_table
@@ -250,12 +250,7 @@ def test_latex_compiles(found, tmp_path):
     for experiment in EXPERIMENTS:
         (tmp_path / f"{experiment}.tex").write_text(
             latex.render(table_of(found.of(experiment), experiment)), encoding="utf-8")
-    body = "\n".join(rf"\input{{{e}.tex}}" for e in EXPERIMENTS)
-    (tmp_path / "doc.tex").write_text(
-        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
-        f"{body}\n\\end{{document}}\n")
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = compile_latex(tmp_path, [f"{e}.tex" for e in EXPERIMENTS])
     assert done.returncode == 0, done.stdout[-2000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 0
 

@@ -50,6 +50,7 @@ class Table:
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
     loss_data: str                        # label of the dataset the loss columns come from
+    note: str | None = None               # the caption, when not a study's (benchmarks)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def cell_text(cell: Cell, column: Column, style: Style) -> str:
 
 
 def caption(table: Table, plus_minus: str, missing: str) -> str:
+    if table.note is not None:
+        return table.note
     return (f"{table.experiment}: mean{plus_minus}std (sample) over finished seeds; "
             f"Seeds: finished/total runs on {table.loss_data}; early/final loss: validation "
             f"loss on {table.loss_data} at 1/8 and at the end of training; "

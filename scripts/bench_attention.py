@@ -1,0 +1,58 @@
+"""Time and memory of every attention option against sequence length (LRA Table 2's shape).
+
+    python scripts/bench_attention.py                       # every option, T = 512 ... 16384
+    python scripts/bench_attention.py --attention full local lsh --lengths 1024 4096 \
+        --batch 1 --heads 4 --head-dim 64 --bidirectional --cap-seconds 10
+
+Writes results/bench/attention.{md,tex,csv} and attention.{png,pdf} (log-log time and memory
+against T).  CPU here, CUDA when present (synchronised timing, max_memory_allocated).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from xformer_bench.bench.attention_cost import Caps, Shape, plot, sweep, table, to_csv
+from xformer_bench.config import CONF_DIR
+from xformer_bench.results import latex, markdown
+
+
+def main() -> None:
+    options = sorted(p.stem for p in (CONF_DIR / "attention").glob("*.yaml"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attention", nargs="+", default=options, choices=options)
+    parser.add_argument("--lengths", nargs="+", type=int,
+                        default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--bidirectional", action="store_true", help="default: causal")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes (the fastest counts)")
+    parser.add_argument("--cap-seconds", type=float, default=30.0)
+    parser.add_argument("--cap-megabytes", type=float, default=8192.0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    args = parser.parse_args()
+
+    names = ["full", *(n for n in args.attention if n != "full")]  # the reference first
+    shape = Shape(args.batch, args.heads, args.head_dim, causal=not args.bidirectional)
+    device = torch.device(args.device)
+    results = sweep(names, sorted(args.lengths), shape, Caps(args.cap_seconds, args.cap_megabytes),
+                    device, args.repeats)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"CPU ({torch.get_num_threads()} threads)"
+    rendered = table(results, shape, where)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / "attention"
+    stem.with_suffix(".md").write_text(markdown.render(rendered))
+    stem.with_suffix(".tex").write_text(latex.render(rendered))
+    stem.with_suffix(".csv").write_text(to_csv(results))
+    for path in [stem.with_suffix(s) for s in (".md", ".tex", ".csv")] + plot(results, stem):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

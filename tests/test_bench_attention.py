@@ -1,0 +1,57 @@
+"""The attention cost benchmark: peak memory measured exactly, caps stop a variant and say so,
+and the LRA-shaped table renders (its LaTeX compiles)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from conftest import compile_latex
+from xformer_bench.bench.attention_cost import Caps, Measurement, Shape, sweep, table, to_csv
+from xformer_bench.bench.peak_memory import PeakLiveBytes, peak_bytes
+from xformer_bench.results import latex, markdown
+
+CPU = torch.device("cpu")
+
+
+def test_peak_live_bytes_counts_each_storage_once_and_releases_it():
+    x = torch.randn(256, 256)  # allocated outside: not counted
+
+    def work():
+        y = x @ x  # 256 KiB
+        z = y.t()  # a view: nothing new
+        w = z + 1  # 256 KiB more: 512 KiB live
+        del y, z
+        w.mul_(2)  # in place: nothing new
+        return (w * 2).sum()  # 256 KiB while w lives: 512 KiB again, plus the 4-byte sum
+
+    assert peak_bytes(work, CPU) == 2 * 256 * 256 * 4 + 4
+    with PeakLiveBytes() as tracker:
+        work()
+    assert tracker.live == 0  # everything made inside was released
+
+
+def test_sweep_stops_a_variant_past_the_caps_and_marks_it():
+    shape = Shape(batch=1, heads=2, head_dim=8)
+    results = sweep(["full"], [32, 64, 1024], shape, Caps(seconds=30, megabytes=0.2), CPU,
+                    repeats=1, progress=lambda line: None)
+    assert [m.status for m in results] == ["ok", "ok", "cap"]
+    assert results[0].seconds > 0 and 0 < results[0].peak_mb < results[1].peak_mb
+    assert to_csv(results).splitlines()[0] == "attention,length,seconds,steps_per_sec,peak_mb,status"
+
+
+def test_the_table_has_speed_ups_and_memory_ratios_against_full(tmp_path):
+    results = [Measurement("full", 512, 0.02, 10.0), Measurement("full", 1024, 0.08, 40.0),
+               Measurement("local", 512, 0.01, 5.0), Measurement("local", 1024, 0.02, 10.0),
+               Measurement("fnet", 512, status="n/a (causal)")]
+    rendered = table(results, Shape(), "CPU")
+    md = markdown.render(rendered)
+    assert "| local | 100.00 (2.00x) | 50.00 (4.00x) | 5.0 (0.50x) | 10.0 (0.25x) |" in md
+    assert "| fnet | n/a (causal) | — | n/a (causal) | — |" in md
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex is not installed")
+    (tmp_path / "attention.tex").write_text(latex.render(rendered))
+    done = compile_latex(tmp_path, ["attention.tex"])
+    assert done.returncode == 0, done.stdout[-2000:]

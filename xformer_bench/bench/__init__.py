@@ -1,0 +1,1 @@
+"""Benchmarks: the measured cost of parts (time, memory), as tables and plots."""

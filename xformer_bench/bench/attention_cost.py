@@ -1,0 +1,222 @@
+"""The cost of every attention: forward + backward time and peak memory against length.
+
+For each option of the ``attention`` group (at its YAML defaults, through the same
+:func:`~xformer_bench.models.token_mixer.build_token_mixer` a model uses: projections
+included, identical for all) and each length T, it times forward + backward of one layer on
+a (batch, T, heads x head_dim) input and measures the peak memory that pass allocates
+(:mod:`xformer_bench.bench.peak_memory`).  A variant stops at the first length whose
+extrapolated time or memory (from the growth it showed so far) passes the caps, and the table
+says so.  The table has the shape of Long Range Arena's Table 2 (Tay et al. 2021): steps per
+second and speed-up over ``full``, peak memory and its ratio to ``full``, per length.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from xformer_bench.bench.peak_memory import peak_bytes
+from xformer_bench.config import compose_config
+from xformer_bench.errors import ConfigError
+from xformer_bench.models.context import ForwardContext
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.token_mixer import build_token_mixer
+from xformer_bench.position import Position
+from xformer_bench.results.table import Cell, Column, Row, Table
+
+REFERENCE = "full"
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int = 1
+    heads: int = 4
+    head_dim: int = 64
+    causal: bool = True
+
+
+@dataclass(frozen=True)
+class Caps:
+    seconds: float = 30.0  # one forward + backward
+    megabytes: float = 8192.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    attention: str
+    length: int
+    seconds: float | None = None  # fastest of the repeats
+    peak_mb: float | None = None
+    status: str = "ok"  # ok | cap | n/a (the option cannot run this shape) | error text
+
+    @property
+    def steps_per_sec(self) -> float | None:
+        return 1.0 / self.seconds if self.seconds else None
+
+
+def build_layer(name: str, length: int, shape: Shape, device: torch.device):
+    spec = compose_config(f"attention={name}")["attention"]
+    dims = ModelDims(d_model=shape.heads * shape.head_dim, n_heads=shape.heads, n_layers=2,
+                     d_ff=4 * shape.heads * shape.head_dim, seq_len=length, vocab_size=256)
+    torch.manual_seed(0)
+    return build_token_mixer(spec, dims).to(device)
+
+
+def measure(name: str, length: int, shape: Shape, device: torch.device,
+            repeats: int = 3) -> Measurement:
+    layer = build_layer(name, length, shape, device)
+    mode = "causal" if shape.causal else "bidirectional"
+    if mode not in layer.provides:
+        return Measurement(name, length, status=f"n/a ({mode})")
+    ctx = ForwardContext(Position(), causal=shape.causal, layer=1)
+    x = torch.randn(shape.batch, length, shape.heads * shape.head_dim, device=device,
+                    requires_grad=True)  # (B, T, D)
+
+    def step() -> None:
+        layer(x, ctx).sum().backward()
+        x.grad = None
+        layer.zero_grad(set_to_none=True)
+
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    step()  # warm-up: lazy tables, allocator
+    times = []
+    for _ in range(repeats):
+        sync()
+        started = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - started)
+    peak = peak_bytes(step, device) / 2**20
+    return Measurement(name, length, min(times), peak)
+
+
+def _extrapolate(points: list[tuple[int, float]], length: int) -> float:
+    """The next value from the growth exponent of the last two points (between 1 and 2)."""
+    if len(points) < 2:
+        (n, value), = points
+        return value * (length / n) ** 2
+    (n1, v1), (n2, v2) = points[-2:]
+    exponent = min(2.0, max(1.0, math.log(max(v2, 1e-12) / max(v1, 1e-12)) / math.log(n2 / n1)))
+    return v2 * (length / n2) ** exponent
+
+
+def sweep(names: Iterable[str], lengths: list[int], shape: Shape, caps: Caps,
+          device: torch.device, repeats: int = 3, progress=print) -> list[Measurement]:
+    """Every (attention, length), shortest first, each attention stopped past the caps."""
+    results = []
+    for name in names:
+        timed: list[tuple[int, float]] = []
+        memory: list[tuple[int, float]] = []
+        stopped = None
+        for length in lengths:
+            if stopped is None and timed and (
+                    _extrapolate(timed, length) > caps.seconds
+                    or _extrapolate(memory, length) > caps.megabytes):
+                stopped = "cap"
+            if stopped is not None:
+                results.append(Measurement(name, length, status=stopped))
+                continue
+            try:
+                m = measure(name, length, shape, device, repeats)
+            except (ConfigError, ValueError) as error:  # a shape the option refuses
+                m = Measurement(name, length, status=f"n/a ({str(error).splitlines()[0][:60]})")
+            results.append(m)
+            if m.status != "ok":
+                stopped = m.status
+                continue
+            timed.append((length, m.seconds))
+            memory.append((length, max(m.peak_mb, 1e-3)))
+            progress(f"{name:>14} T={length:>6}: {m.seconds * 1e3:9.1f} ms, {m.peak_mb:9.1f} MB")
+    return results
+
+
+def _ratio_text(value: float | None, reference: float | None, digits: int) -> str | None:
+    if value is None:
+        return None
+    ratio = f" ({value / reference:.2f}x)" if reference else ""
+    return f"{value:.{digits}f}{ratio}"
+
+
+def table(results: list[Measurement], shape: Shape, device: str) -> Table:
+    """LRA Table 2's shape: a row per attention, steps/s and peak memory per length."""
+    lengths = sorted({m.length for m in results})
+    names = list(dict.fromkeys(m.attention for m in results))
+    at = {(m.attention, m.length): m for m in results}
+    columns = [Column(f"steps_{n}", f"steps/s T={n}", kind="text") for n in lengths]
+    columns += [Column(f"memory_{n}", f"MB T={n}", kind="text") for n in lengths]
+    rows = []
+    for name in names:
+        cells = []
+        for kind in ("steps", "memory"):
+            for n in lengths:
+                m, ref = at.get((name, n)), at.get((REFERENCE, n))
+                if m is None:
+                    cells.append(Cell())
+                elif m.status != "ok":
+                    cells.append(Cell(text=m.status))
+                elif kind == "steps":
+                    cells.append(Cell(text=_ratio_text(m.steps_per_sec, ref and ref.steps_per_sec, 2)))
+                else:
+                    cells.append(Cell(text=_ratio_text(m.peak_mb, ref and ref.peak_mb, 1)))
+        rows.append(Row(label=name, key=(("attention", name),), cells=tuple(cells), finished=1,
+                        total=1, statuses=""))
+    mode = "causal" if shape.causal else "bidirectional"
+    note = (f"Attention cost on {device}: one {mode} layer (projections included), forward + "
+            f"backward, batch {shape.batch}, {shape.heads} heads of {shape.head_dim}; steps/s "
+            f"(speed-up over {REFERENCE}) and peak memory allocated in MB (ratio to {REFERENCE}); "
+            "cap: stopped where time or memory would pass the caps; n/a: the option does not "
+            "run this shape.")
+    return Table(experiment="attention_cost", columns=tuple(columns), rows=tuple(rows),
+                 loss_data="", note=note)
+
+
+def to_csv(results: list[Measurement]) -> str:
+    out = io.StringIO()
+    fields = ["attention", "length", "seconds", "steps_per_sec", "peak_mb", "status"]
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for m in results:
+        writer.writerow({**asdict(m), "steps_per_sec": m.steps_per_sec})
+    return out.getvalue()
+
+
+def plot(results: list[Measurement], path_stem) -> list:
+    """Log-log time and memory against T, one line per attention; PNG and PDF."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 4))
+    axes = figure.subplots(1, 2)
+    names = list(dict.fromkeys(m.attention for m in results))
+    styles = ["-", "--", "-.", ":"]
+    for i, name in enumerate(names):
+        ok = [m for m in results if m.attention == name and m.status == "ok"]
+        if not ok:
+            continue
+        lengths = [m.length for m in ok]
+        style = dict(marker="o", linestyle=styles[i % len(styles)], label=name,
+                     color=matplotlib.colormaps["tab20"](i % 20))
+        axes[0].plot(lengths, [m.seconds for m in ok], **style)
+        axes[1].plot(lengths, [m.peak_mb for m in ok], **style)
+    for ax, title in zip(axes, ("forward + backward (s)", "peak memory (MB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    paths = []
+    for suffix in (".png", ".pdf"):
+        path = path_stem.with_suffix(suffix)
+        figure.savefig(path, dpi=120)
+        paths.append(path)
+    return paths
