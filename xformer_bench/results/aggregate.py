@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from xformer_bench.results.metrics import Metric, table_metrics
 from xformer_bench.results.record import STATUSES
+from xformer_bench.results.significance import ALPHA, welch_p_value
 from xformer_bench.results.table import Cell, Column, Row, Table
 from xformer_bench.results.variants import Variant, data_of
 
@@ -151,12 +152,50 @@ def mark_best(columns: list[Column], rows: list[Row]) -> list[Row]:
     return [replace(row, cells=tuple(c)) for row, c in zip(rows, cells)]
 
 
-def build_table(experiment: str, variants: list[Variant]) -> Table:
+def baseline_index(variants: list[Variant], baseline: Mapping[str, Any] | None) -> int | None:
+    """The row whose runs all chose every option of ``baseline`` (``{"activation": "relu"}``,
+    declared by the study), or None."""
+    if not baseline:
+        return None
+    for i, variant in enumerate(variants):
+        if all(all(str(r["choices"].get(g)) == str(o) for g, o in baseline.items())
+               for r in variant.records):
+            return i
+    return None
+
+
+def mark_significant(columns: list[Column], rows: list[Row], baseline: int) -> list[Row]:
+    """Mark each metric cell whose mean differs from the baseline row's (Welch's t-test over
+    seeds, two-sided p < ALPHA)."""
+    cells = [list(row.cells) for row in rows]
+    for j, column in enumerate(columns):
+        reference = cells[baseline][j]
+        if column.higher_is_better is None or reference.mean is None:
+            continue
+        for i, row_cells in enumerate(cells):
+            cell = row_cells[j]
+            if i == baseline or cell.mean is None:
+                continue
+            p = welch_p_value(cell.mean, cell.std or 0.0, cell.n, reference.mean,
+                              reference.std or 0.0, reference.n)
+            if p is not None and p < ALPHA:
+                row_cells[j] = replace(cell, marked=True)
+    return [replace(row, cells=tuple(c)) for row, c in zip(rows, cells)]
+
+
+def build_table(experiment: str, variants: list[Variant],
+                baseline: Mapping[str, Any] | None = None) -> Table:
+    """The table of ``variants``; with a ``baseline`` (the study's declared row), the cells
+    that differ significantly from it are marked."""
     columns, metrics, loss_data = columns_for(variants)
     rows = mark_best(columns, [row_for(v, columns, metrics, loss_data) for v in variants])
+    reference = baseline_index(variants, baseline)
+    if reference is not None:
+        rows = mark_significant(columns, rows, reference)
     labels = [_data_label(r) for v in variants for r in v.on(loss_data)]
     return Table(experiment=experiment, columns=tuple(columns), rows=tuple(rows),
-                 loss_data=labels[0] if labels else loss_data)
+                 loss_data=labels[0] if labels else loss_data,
+                 baseline=None if reference is None else variants[reference].label)
 
 
 def _data_label(record: dict[str, Any]) -> str:

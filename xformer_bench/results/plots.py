@@ -33,11 +33,23 @@ def seed_band(runs: list[dict[str, Any]], key: str) -> tuple[np.ndarray, ...]:
             np.asarray([v.min() for v in values]), np.asarray([v.max() for v in values]))
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def style(index: int) -> dict[str, str]:
+    """A colour and line style no other of the first 40 rows shares: 10 colours, then the
+    next line style (ReLU and Sigmoid, rows 0 and 10 of the activation study, differ)."""
+    return {"color": f"C{index % 10}", "linestyle": LINE_STYLES[(index // 10) % len(LINE_STYLES)],
+            "marker": MARKERS[index % len(MARKERS)]}
+
+
 def curve_key(runs: list[dict[str, Any]]) -> str | None:
-    """The validation loss, else the first run's primary metric, if the histories carry it."""
+    """The runs' primary metric on validation (bpb: the table's metric), else the validation
+    loss, if the histories carry it."""
     keys = {k for r in runs for p in (r.get("history") or []) for k in p}
     primary = [spec.key("val") for spec in map(primary_metric, runs) if spec is not None]
-    return next((k for k in (LOSS_KEY, *primary) if k in keys), None)
+    return next((k for k in (*primary, LOSS_KEY) if k in keys), None)
 
 
 def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Path]:
@@ -51,8 +63,9 @@ def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Pa
         for j, variant in enumerate(variants):
             steps, mean, low, high = seed_band(variant.finished_on(data), key or "")
             if steps.size:
-                axes.plot(steps, mean, color=f"C{j % 10}", label=variant.label)
-                axes.fill_between(steps, low, high, color=f"C{j % 10}", alpha=0.2, linewidth=0)
+                look = style(j)
+                axes.plot(steps, mean, label=variant.label, markersize=3, **look)
+                axes.fill_between(steps, low, high, color=look["color"], alpha=0.2, linewidth=0)
         axes.set(title=f"{experiment} - {data}", xlabel="step", ylabel=key or "validation")
         if axes.lines:
             axes.legend(fontsize="small")
@@ -60,21 +73,27 @@ def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Pa
 
 
 def plot_tradeoff(table: Table, base: Path) -> list[Path]:
-    """Final validation loss against training speed, one point (± std) per variant."""
+    """The table's first metric (the primary metric of its main dataset, e.g. test bpb; the
+    final validation loss when there is none) against training speed, one point (± std) per
+    variant."""
     columns = [c.key for c in table.columns]
-    speed, loss = columns.index("steps_per_sec"), columns.index("final_loss")
+    speed = columns.index("steps_per_sec")
+    metric_columns = [i for i, c in enumerate(table.columns)
+                      if c.higher_is_better is not None and c.key not in ("early_loss", "final_loss")]
+    loss = metric_columns[0] if metric_columns else columns.index("final_loss")
     figure = _figure(width=5.5)
     axes = figure.add_subplot(1, 1, 1)
     for j, row in enumerate(table.rows):
         x, y = row.cells[speed], row.cells[loss]
         if x.mean is None or y.mean is None:
             continue
-        axes.errorbar(x.mean, y.mean, xerr=x.std or 0.0, yerr=y.std or 0.0, fmt="o",
-                      color=f"C{j % 10}", capsize=3)
+        look = style(j)
+        axes.errorbar(x.mean, y.mean, xerr=x.std or 0.0, yerr=y.std or 0.0, fmt=look["marker"],
+                      color=look["color"], capsize=3)
         axes.annotate(row.label, (x.mean, y.mean), textcoords="offset points", xytext=(5, 5),
                       fontsize="small")
     axes.set(title=f"{table.experiment}: quality vs speed", xlabel="steps / s",
-             ylabel=f"final validation loss ({table.loss_data})")
+             ylabel=table.columns[loss].title)
     return _save(figure, base.with_name(base.name + "_tradeoff"))
 
 

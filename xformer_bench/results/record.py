@@ -26,7 +26,7 @@ from xformer_bench.metric_spec import BITS_PER, MetricSpec
 
 SCHEMA_VERSION = 2
 STATUSES = ("finished", "diverged", "failed", "interrupted")
-IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed")
+IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline")
 
 REQUIRED_KEYS = (
     "schema", "run_id", "experiment", "status", "error", "choices", "overrides", "seed",

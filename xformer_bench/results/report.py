@@ -14,6 +14,20 @@ from xformer_bench.results.variants import group_variants, repeated_seeds
 RENDERERS = {"md": markdown.render, "tex": latex.render, "csv": csv_table.render}
 
 
+def study_baseline(experiment: str) -> dict | None:
+    """The baseline row a study declares (``baseline: {activation: relu}`` in
+    ``conf/experiment/<experiment>.yaml``), or None."""
+    from omegaconf import OmegaConf
+
+    from xformer_bench.config import CONF_DIR
+
+    path = CONF_DIR / "experiment" / f"{experiment}.yaml"
+    if not path.is_file():
+        return None
+    declared = OmegaConf.load(path).get("baseline")
+    return OmegaConf.to_container(declared) if declared is not None else None
+
+
 class UnknownExperimentError(LookupError):
     """An experiment was asked for that no record belongs to."""
 
@@ -42,7 +56,7 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
         variants = group_variants(found.of(experiment))
         for warning in repeated_seeds(variants):
             log(f"warning: {experiment}: {warning}")
-        table = build_table(experiment, variants)
+        table = build_table(experiment, variants, study_baseline(experiment))
         base = out_dir / experiment.replace("/", "_")
         for suffix, render in RENDERERS.items():
             path = base.with_name(f"{base.name}.{suffix}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xformer_bench.results.significance import ALPHA
+
 SI_PREFIXES = ((12, "T"), (9, "G"), (6, "M"), (3, "K"))
 
 
@@ -28,6 +30,7 @@ class Cell:
     n: int = 0
     text: str | None = None               # shown instead of a number ("diverged", "2/3")
     bold: bool = False
+    marked: bool = False                  # differs from the baseline row (Welch, p < 0.05)
 
     @property
     def missing(self) -> bool:
@@ -51,6 +54,7 @@ class Table:
     rows: tuple[Row, ...]
     loss_data: str                        # label of the dataset the loss columns come from
     note: str | None = None               # the caption, when not a study's (benchmarks)
+    baseline: str | None = None           # label of the row the others are tested against
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Style:
     plus_minus: str
     bold: Callable[[str], str]
     escape: Callable[[str], str]
+    dagger: str = "†"
 
 
 def si(value: float) -> str:
@@ -83,13 +88,16 @@ def cell_text(cell: Cell, column: Column, style: Style) -> str:
         body = number(cell.mean, column)
         if cell.std is not None:
             body += style.plus_minus + number(cell.std, column)
-    return style.bold(body) if cell.bold else body
+    body = style.bold(body) if cell.bold else body
+    return body + style.dagger if cell.marked else body
 
 
-def caption(table: Table, plus_minus: str, missing: str) -> str:
+def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") -> str:
     if table.note is not None:
         return table.note
+    tested = (f" {dagger}: differs from the baseline row, {table.baseline}, by Welch's t-test "
+              f"over seeds (two-sided p < {ALPHA})." if table.baseline else "")
     return (f"{table.experiment}: mean{plus_minus}std (sample) over finished seeds; "
             f"Seeds: finished/total runs on {table.loss_data}; early/final loss: validation "
             f"loss on {table.loss_data} at 1/8 and at the end of training; "
-            f"best per metric in bold; {missing}: not measured.")
+            f"best per metric in bold; {missing}: not measured.{tested}")
