@@ -1,0 +1,131 @@
+"""Adaptive attention span: Sukhbaatar, Grave, Bojanowski & Joulin 2019, "Adaptive Attention
+Span in Transformers" (ACL 2019), with the details of the authors' code
+(facebookresearch/adaptive-span, ``adaptive_span.py``).
+
+Each head h learns a span z_h in [0, S] (S = ``max_span``).  A key at distance x = i - j from
+the query is weighted by the soft mask of ramp R (``ramp``)
+
+    m_z(x) = min(max((R + z - x) / R, 0), 1),
+
+and the weights are renormalised:
+
+    a_ij = m_z(i - j) exp(s_ij) / sum_r m_z(i - r) exp(s_ir),   s_ij = q_i . k_j / sqrt(Dh) + b_ij,
+
+computed as softmax(s_ij + log m_z(i - j)) (the same weights; the authors' code divides by the
+sum plus 1e-8), a key with m = 0 given no weight at all.  The loss gains the L1 penalty
+lambda / M sum_h z_h per layer (M heads, lambda = ``span_penalty``), added through the
+auxiliary-loss hook in training.
+
+**Parametrisation** (the authors' ``AdaptiveMask``): z_h = S * f_h with a learned fraction f_h,
+clamped to [0, 1] after every optimiser step (their ``clamp_param``) -- here at the start of
+each training forward, before the fraction is used -- and read through a clamp as well.
+``init_span`` gives z at initialisation, in positions (their ``adapt_span_init`` = 0: every
+span starts at the ramp alone).  The penalty is their ``get_loss``: lambda * S * mean_h f_h.
+
+**Cost** falls as the spans shrink: a query attends only the keys within the current largest
+reach ceil(max_h z_h) + R (at most S; the authors' ``get_current_max_size``), gathered blockwise
+(:func:`~xformer_bench.attention._logits.band_attention`): O(T * reach), never T x T while the
+reach is short.  The paper is a causal LM over a cache of S past positions; this layer attends
+within the current sequence (no cache), causal; bidirectional (|i - j|, both sides) is offered
+too.  :meth:`AdaptiveSpanAttention.mean_span` reports the mean span for the run record.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention._logits import NEGATIVE, band_attention, plus_distance_term
+from xformer_bench.models.attention_layer import MultiHeadAttention
+from xformer_bench.models.context import ForwardContext
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.position import PairBias
+from xformer_bench.registry import ATTENTION
+
+TINY = torch.finfo(torch.float32).tiny
+
+
+class AdaptiveSpanKernel(AttentionKernel):
+    """Softmax attention under the soft span mask of each head, over the keys in reach."""
+
+    provides = frozenset({"causal", "bidirectional", "additive_bias", "longer_keys",
+                          "key_padding_mask", "variable_length"})
+    sub_quadratic = True
+
+    def __init__(self, n_heads: int, max_span: int, ramp: int, init_span: float):
+        super().__init__()
+        if max_span < 1 or ramp < 1:
+            raise ValueError(f"attention.max_span={max_span} and ramp={ramp} must be >= 1")
+        if not 0 <= init_span <= max_span:
+            raise ValueError(f"attention.init_span={init_span} must lie in [0, max_span]")
+        self.max_span, self.ramp = max_span, ramp
+        self.span_fraction = nn.Parameter(torch.full((n_heads,), init_span / max_span))  # (H,)
+
+    def spans(self) -> torch.Tensor:  # (H,) z in positions
+        return self.max_span * self.span_fraction.clamp(0, 1)
+
+    def current_spans(self) -> torch.Tensor:  # (H,), detached
+        return self.spans().detach()
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Clamp the learned fractions back into [0, 1] (the authors' ``clamp_param``)."""
+        fraction = self.span_fraction
+        if bool((fraction < 0).any() | (fraction > 1).any()):
+            fraction.clamp_(0, 1)
+
+    def reach(self) -> int:
+        """Keys per query, itself included, that any head can weigh: ceil(max z) + R, <= S."""
+        return min(self.max_span, math.ceil(self.current_spans().max().item()) + self.ramp)
+
+    def log_mask(self, distance: torch.Tensor) -> torch.Tensor:  # (*S) long -> (H, *S)
+        """log m_z(|j - i|) per head; pairs the mask zeroes get a logit of no weight."""
+        z = self.spans().view(-1, *(1,) * distance.dim())  # (H, 1, ...)
+        mask = ((self.ramp + z - distance.abs().float()) / self.ramp).clamp(0, 1)  # (H, *S)
+        return torch.where(mask > 0, mask.clamp(min=TINY).log(), NEGATIVE / 2)
+
+    def forward(
+        self,
+        q: torch.Tensor,  # (B, H, T, Dh)
+        k: torch.Tensor,  # (B, H, S, Dh)
+        v: torch.Tensor,  # (B, H, S, Dh)
+        *,
+        causal: bool,
+        bias: PairBias | None = None,
+        key_padding_mask: torch.Tensor | None = None,  # (B, S) bool, True = padding
+        layer: int = 0,
+    ) -> torch.Tensor:  # (B, H, T, Dh)
+        t, s = q.shape[-2], k.shape[-2]
+        reach = self.reach()
+        masked = plus_distance_term(bias, self.log_mask, t, s, q.device)
+        return band_attention(q, k, v, before=reach - 1, after=reach - 1, causal=causal,
+                              bias=masked, key_padding_mask=key_padding_mask)
+
+
+@ATTENTION.register("adaptive_span")
+class AdaptiveSpanAttention(MultiHeadAttention):
+    """Multi-head attention whose kernel is :class:`AdaptiveSpanKernel`; in training it adds
+    the span penalty to the context's auxiliary losses."""
+
+    def __init__(self, dims: ModelDims, max_span: int = 8192, ramp: int = 32,
+                 span_penalty: float = 2e-6, init_span: float = 0.0):
+        super().__init__(dims, AdaptiveSpanKernel(dims.n_heads, max_span, ramp, init_span))
+        self.span_penalty = span_penalty
+
+    def penalty(self) -> torch.Tensor:
+        """lambda / M sum_h z_h: the L1 penalty on this layer's spans."""
+        return self.span_penalty * self.kernel.spans().mean()
+
+    def mean_span(self) -> float:
+        """Mean learned span z over the heads, in positions (for the run record)."""
+        return self.kernel.current_spans().mean().item()
+
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
+        if self.training:
+            self.kernel.project()
+            if self.span_penalty:
+                ctx.add_auxiliary_loss(self.penalty())
+        return super().forward(x, ctx)
