@@ -26,6 +26,7 @@ def test_a_run_writes_a_complete_record_in_both_places(tmp_path):
     assert on_disk["params"] == v * d + block + 2 * d
     assert on_disk["flops_per_step"] > 6 * on_disk["params"] * 4 * 32 * 0.5
     assert (on_disk["flops_analytic"], on_disk["flops_uncounted"]) == ({}, [])  # all counted
+    assert on_disk["model_report"] == {}  # no layer reports a learned quantity
     assert on_disk["steps_per_sec"] > 0 and on_disk["tokens_per_sec"] == pytest.approx(
         on_disk["steps_per_sec"] * 4 * 32)
     assert on_disk["early"]["step"] == 2 and on_disk["final"]["step"] == 16
@@ -95,3 +96,10 @@ def test_a_new_record_has_every_required_key_and_starts_failed(tmp_path):
     assert set(records.REQUIRED_KEYS) <= set(record) and record["status"] == "failed"
     assert all(record[k] is None for k in records.MEASURED)
     assert record["run_id"] == records.run_identity(config, {"model": "vanilla"})
+
+
+def test_a_layer_that_learns_a_quantity_reports_it_in_the_record(tmp_path):
+    record = run_tiny(tmp_path, "attention=adaptive_span", "attention.init_span=16",
+                      "attention.max_span=64")
+    span = record["model_report"]["mean_span"]  # averaged over layers and heads
+    assert 0 < span <= 64 and span == pytest.approx(16, abs=2)  # init 16, after 16 small steps

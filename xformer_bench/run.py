@@ -77,6 +77,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
             final=history.points[-1] if history.points else None,
             history=history.points,
             eval_counts=dict(task.evaluated_units),
+            model_report=task.model.report(),
         )
         close_loggers(loggers, failed=not completed)
 

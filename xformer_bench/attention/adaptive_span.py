@@ -123,6 +123,10 @@ class AdaptiveSpanAttention(MultiHeadAttention):
         """Mean learned span z over the heads, in positions (for the run record)."""
         return self.kernel.current_spans().mean().item()
 
+    def report(self) -> dict[str, float]:
+        """What the run record shows of this layer (averaged over layers: ``model_report``)."""
+        return {"mean_span": self.mean_span()}
+
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
         if self.training:
             self.kernel.project()

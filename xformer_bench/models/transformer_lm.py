@@ -97,6 +97,16 @@ class TransformerLM(nn.Module):
                       if hasattr(m, "inactive_parameters"))
         return self.num_parameters() - skipped
 
+    def report(self) -> dict[str, float]:
+        """Learned quantities layers report for the run record (a ``report()`` method returning
+        ``{name: value}``, e.g. adaptive span's mean span), each averaged over the layers."""
+        values: dict[str, list[float]] = {}
+        for module in self.modules():
+            if module is not self and hasattr(module, "report"):
+                for name, value in module.report().items():
+                    values.setdefault(name, []).append(float(value))
+        return {name: sum(v) / len(v) for name, v in values.items()}
+
     def auxiliary_loss(self) -> torch.Tensor | None:
         """Sum of the auxiliary losses layers added in the last forward (every application of
         a shared block counts), or None."""

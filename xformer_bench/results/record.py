@@ -61,7 +61,8 @@ def new_record(config: dict[str, Any], choices: dict[str, Any], overrides: list[
         "experiment": config["experiment_name"], "status": "failed", "error": None,
         "choices": choices, "overrides": list(overrides), "seed": config["seed"],
         "git_commit": git_commit(), **dict.fromkeys(MEASURED), **dict.fromkeys(TASK_KEYS),
-        "metrics": [], "eval_counts": {}, "flops_analytic": {}, "flops_uncounted": [], "steps": 0,
+        "metrics": [], "eval_counts": {}, "flops_analytic": {}, "flops_uncounted": [],
+        "model_report": {}, "steps": 0,
         "config": config, "run_dir": str(run_dir), "started_at": now(),
     }
 
