@@ -1,0 +1,223 @@
+"""Content-clustered attention: ``routing`` (Roy et al. 2021) and ``clustered`` (Vyas et al.
+2020) against dense references built here, at small T: one cluster / a cluster per query is
+full attention, several clusters follow the papers' definitions, routing stays causal with
+many small clusters and moves its centroids by the EMA formula in training only."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import compose_config, declared_refusals
+from xformer_bench.attention.clustered import hamming_kmeans
+from xformer_bench.errors import ConfigError
+from xformer_bench.models.build import build_model
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.transformer_lm import TransformerLM
+from xformer_bench.registry import ATTENTION
+
+DIMS = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=16, vocab_size=256)
+
+
+def qkv(t=16, s=16, heads=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(2, heads, t, 8, generator=g), torch.randn(2, heads, s, 8, generator=g),
+            torch.randn(2, heads, s, 8, generator=g))
+
+
+def dense(q, k, v, allowed):  # allowed: bool, broadcastable to (B, H, T, S)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+
+
+def causal_mask(t, s):
+    return torch.ones(t, s, dtype=torch.bool).tril(s - t)
+
+
+def routing(**kwargs):
+    torch.manual_seed(0)
+    return ATTENTION.get("routing")(DIMS, **{"local_fraction": 0.0, **kwargs})
+
+
+def normed(x):
+    return F.layer_norm(x, x.shape[-1:])
+
+
+# -- routing --
+
+
+@pytest.mark.parametrize(("t", "s"), [(16, 16), (10, 16)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_routing_with_one_cluster_is_full_attention_over_normalised_queries_and_keys(t, s, causal):
+    q, k, v = qkv(t, s)
+    padding = torch.zeros(2, s, dtype=torch.bool)
+    padding[1, :3] = True
+    allowed = ~padding[:, None, None, :] & (causal_mask(t, s) if causal else True)
+    kernel = routing(n_clusters=1).eval()
+    out = kernel(q, k, v, causal=causal, key_padding_mask=padding)
+    expected = dense(normed(q), normed(k), v, allowed).nan_to_num()  # no key: 0
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_routing_attends_within_clusters_as_the_paper_defines(causal):
+    """window >= T: every query sees every key of its cluster (j <= i when causal)."""
+    q, k, v = qkv()
+    kernel = routing(n_clusters=3, window=16).eval()
+    query_cluster, key_cluster = kernel.nearest(normed(q)), kernel.nearest(normed(k))
+    assert len(query_cluster.unique()) > 1, "the test needs several clusters"
+    allowed = query_cluster[..., :, None] == key_cluster[..., None, :]  # (B, H, T, S)
+    if causal:
+        allowed = allowed & causal_mask(16, 16)
+    expected = dense(normed(q), normed(k), v, allowed).nan_to_num()  # no key: 0
+    torch.testing.assert_close(kernel(q, k, v, causal=causal), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_routing_local_heads_attend_to_a_window_of_two_blocks(causal):
+    """Blocks of 4: causal, the block and the previous one; bidirectional, 8 keys centred on
+    the block, kept inside the sequence (0-7, 2-9, 4-11)."""
+    q, k, v = qkv(12, 12)
+    kernel = routing(local_fraction=1.0, local_window=4).eval()
+    start = torch.tensor([-4, 0, 4] if causal else [0, 2, 4]).repeat_interleave(4)[:, None]
+    j = torch.arange(12)[None, :]
+    allowed = (j >= start) & (j < start + 8)
+    allowed = allowed & causal_mask(12, 12) if causal else allowed
+    torch.testing.assert_close(kernel(q, k, v, causal=causal), dense(q, k, v, allowed),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_routing_with_small_clusters_never_sees_the_future():
+    """Chunks of 3 queries per cluster, 5 clusters: what a query sees must not depend on later
+    positions (the paper's top-k balancing would leak here)."""
+    q, k, v = qkv(40, 40, seed=1)
+    kernel = routing(n_clusters=5, window=3, local_fraction=0.5, local_window=4).eval()
+    out = kernel(q, k, v, causal=True)
+    for t in (0, 9, 25, 38):
+        changed = [x.clone() for x in (q, k, v)]
+        for x in changed:
+            x[:, :, t + 1:] = torch.randn_like(x[:, :, t + 1:])
+        after = kernel(*changed, causal=True)
+        assert torch.equal(after[:, :, : t + 1], out[:, :, : t + 1])
+        assert not torch.allclose(after[:, :, t + 1:], out[:, :, t + 1:])
+
+
+def test_a_routing_lm_with_many_clusters_is_causal():
+    spec = {"name": "routing", "n_clusters": 4, "window": 4, "local_window": 4}
+    torch.manual_seed(0)
+    model = TransformerLM(DIMS, spec, {"name": "layernorm"}, {"name": "gelu"},
+                          {"name": "sinusoidal"}).eval()
+    tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    for t in (3, 17, 30):
+        changed = tokens.clone()
+        changed[:, t + 1:] = (changed[:, t + 1:] + 17) % 256
+        with torch.no_grad():
+            torch.testing.assert_close(model(tokens)[:, : t + 1], model(changed)[:, : t + 1],
+                                       atol=1e-5, rtol=1e-5)
+
+
+def test_routing_centroids_move_by_the_ema_formula_in_training_and_not_in_eval():
+    q, k, v = qkv(seed=2)
+    padding = torch.zeros(2, 16, dtype=torch.bool)
+    padding[0, -4:] = True  # padded keys (and their queries) are left out of the statistics
+    kernel = routing(n_clusters=3, decay=0.9)
+    before = {name: b.clone() for name, b in kernel.named_buffers()}
+    kernel.eval()(q, k, v, causal=True, key_padding_mask=padding)
+    assert all(torch.equal(b, before[name]) for name, b in kernel.named_buffers())
+
+    kernel.train()(q, k, v, causal=True, key_padding_mask=padding)
+    kept = (~padding)[:, None, :, None].float()  # (B, 1, T, 1)
+    mu = before["centroids"]  # (H, C, Dh)
+    total_sum, total_count = torch.zeros_like(mu), torch.zeros(mu.shape[:2])
+    for x in (normed(q), normed(k)):
+        onehot = F.one_hot(torch.einsum("bhtd,hcd->bhtc", x, mu).argmax(-1), 3).float() * kept
+        total_sum += torch.einsum("bhtc,bhtd->hcd", onehot, x) / 2  # (1 - lambda)/2 each
+        total_count += onehot.sum((0, 2)) / 2
+    ema_sum = 0.9 * before["ema_sum"] + 0.1 * total_sum
+    ema_count = 0.9 * before["ema_count"] + 0.1 * total_count
+    torch.testing.assert_close(kernel.ema_sum, ema_sum)
+    torch.testing.assert_close(kernel.ema_count, ema_count)
+    torch.testing.assert_close(kernel.centroids, ema_sum / ema_count[..., None])
+    assert not torch.allclose(kernel.centroids, mu)
+
+
+def test_routing_defaults_follow_the_authors_cluster_size():
+    assert routing().n_clusters == 1  # data.seq_len 16 < 512: one cluster
+    dims = ModelDims(d_model=64, n_heads=8, n_layers=2, d_ff=64, seq_len=8192, vocab_size=256)
+    kernel = ATTENTION.get("routing")(dims)
+    assert (kernel.n_clusters, kernel.local_heads) == (16, 4)  # enwik8_local_cluster8k
+    assert kernel.centroids.shape == (4, 16, 8)
+
+
+def test_routing_state_refuses_shared_blocks():
+    config = compose_config("attention=routing", "model=shared_blocks", "data.seq_len=16")
+    assert any("attention=routing needs a block of its own" in m for m in declared_refusals(config))
+
+
+# -- clustered --
+
+
+@pytest.mark.parametrize("improved", [False, True])
+@pytest.mark.parametrize(("t", "s"), [(16, 16), (10, 16)])
+def test_clustered_with_as_many_clusters_as_queries_is_full_attention(improved, t, s):
+    q, k, v = qkv(t, s)
+    padding = torch.zeros(2, s, dtype=torch.bool)
+    padding[1, :3] = True
+    kernel = ATTENTION.get("clustered")(DIMS, n_clusters=t, improved=improved, topk=4).eval()
+    out = kernel(q, k, v, causal=False, key_padding_mask=padding)
+    expected = dense(q, k, v, ~padding[:, None, None, :])
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_improved_clustered_with_every_key_in_the_top_k_is_full_attention():
+    q, k, v = qkv(32, 32)
+    kernel = ATTENTION.get("clustered")(DIMS, n_clusters=3, topk=32).eval()
+    torch.testing.assert_close(kernel(q, k, v, causal=False), dense(q, k, v, torch.tensor(True)),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("improved", [False, True])
+def test_clustered_follows_the_papers_equations(improved):
+    q, k, v = qkv(32, 24, seed=3)
+    kernel = ATTENTION.get("clustered")(DIMS, n_clusters=4, improved=improved, topk=5).eval()
+    cluster, n = kernel.cluster(q, layer=0)
+    assert n == 4 and len(cluster[0, 0].unique()) > 1
+    member = F.one_hot(cluster, 4).float()  # (B, H, T, C)
+    centroids = member.transpose(-1, -2) @ q / member.sum(2)[..., None].clamp(min=1)  # (B,H,C,Dh)
+    a_c = ((centroids @ k.transpose(-1, -2)) / math.sqrt(8)).softmax(-1)  # (B, H, C, S)
+    a = member @ a_c  # (B, H, T, S): each query's cluster's attention
+    if improved:
+        top = F.one_hot(a_c.topk(5, dim=-1).indices, 24).sum(-2).bool()  # (B, H, C, S)
+        top = (member @ top.float()).bool()  # (B, H, T, S)
+        mass = (a * top).sum(-1, keepdim=True)  # m_j
+        exact = ((q @ k.transpose(-1, -2)) / math.sqrt(8)).masked_fill(~top, float("-inf"))
+        a = torch.where(top, mass * exact.softmax(-1), a)
+    torch.testing.assert_close(kernel(q, k, v, causal=False), a @ v, atol=1e-5, rtol=1e-5)
+
+
+def test_hamming_kmeans_recovers_separated_clusters():
+    g = torch.Generator().manual_seed(0)
+    prototypes = torch.randint(0, 2, (3, 63), generator=g).float()
+    truth = torch.arange(30) % 3
+    flips = torch.rand(30, 63, generator=g) < 0.05
+    hashes = (prototypes[truth] + flips.float()) % 2  # (N, bits)
+    found = hamming_kmeans(hashes[None, None], n_clusters=3, iterations=10)[0, 0]
+    pairs = truth[:, None] == truth[None, :]
+    assert torch.equal(found[:, None] == found[None, :], pairs)
+
+
+def test_clustered_hyperplanes_are_fixed_in_eval_and_redrawn_in_training():
+    q = qkv(64)[0]
+    kernel = ATTENTION.get("clustered")(DIMS).eval()
+    assert torch.equal(kernel.hash(q, layer=1), kernel.hash(q, layer=1))
+    assert not torch.equal(kernel.hash(q, layer=1), kernel.hash(q, layer=0))
+    kernel.train()
+    assert not torch.equal(kernel.hash(q, layer=1), kernel.hash(q, layer=1))
+
+
+def test_clustered_is_refused_in_the_decoder_lm():
+    with pytest.raises(ConfigError, match="needs causal .* attention=clustered does not provide"):
+        build_model(compose_config("attention=clustered", "data.seq_len=16"), vocab_size=256)

@@ -1,0 +1,141 @@
+"""Attention among positions grouped by cluster: the engine of ``routing`` and ``clustered``.
+
+Every grouping here is per sequence: each (batch row, head) clusters its own positions, so
+rows never influence each other.  Helpers:
+
+* :func:`gather_rows` -- rows of a (B, H, N, D) tensor at per-(batch, head) indices;
+* :func:`cluster_sums` -- per-cluster sums and counts of a row's vectors (centroids, EMA);
+* :func:`chunk_by_cluster` / :func:`unchunk` -- positions sorted by cluster, then position,
+  into equal chunks of one cluster each, and back;
+* :func:`sorted_cluster_attention` -- each query attends to keys of its own cluster near it,
+  one batched (chunks, w, 2w) attention: O(T * w) per head, never T x T.
+
+Sorted chunks are how clusters stay equal-sized here without Roy et al.'s (2021) top-k
+balancing, where each centroid takes its T / C nearest positions: whether a past position
+belongs to a cluster then depends on how near the *future* positions are, a causal leak (their
+decoder blanks the future at generation time; training does not).  Here membership is each
+position's own nearest centroid and chunks are counted within a cluster in order of position,
+so what a query sees is fixed by the positions up to it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows of ``x`` (B, H, N, D) at ``index`` (B, H, *shape), per (batch, head):
+    (B, H, *shape, D)."""
+    b, h, _, d = x.shape
+    flat = index.reshape(b, h, -1, 1).expand(-1, -1, -1, d)  # (B, H, M, D), a view
+    return x.gather(2, flat).view(*index.shape, d)
+
+
+def cluster_sums(
+    x: torch.Tensor,  # (B, H, N, D)
+    cluster: torch.Tensor,  # (B, H, N) long in [0, n_clusters)
+    n_clusters: int,
+    weight: torch.Tensor | None = None,  # (B, 1 | H, N): 0 leaves a position out
+) -> tuple[torch.Tensor, torch.Tensor]:  # sums (B, H, C, D), counts (B, H, C)
+    b, h, n, d = x.shape
+    w = x.new_ones(b, h, n) if weight is None else weight.to(x.dtype).expand(b, h, n)
+    sums = x.new_zeros(b, h, n_clusters, d).scatter_add(
+        2, cluster[..., None].expand(-1, -1, -1, d), x * w[..., None])
+    counts = w.new_zeros(b, h, n_clusters).scatter_add(2, cluster, w)
+    return sums, counts
+
+
+def _counts(cluster: torch.Tensor, n_clusters: int) -> torch.Tensor:  # (B, H, N) -> (B, H, C) long
+    return torch.zeros(*cluster.shape[:2], n_clusters, dtype=torch.long,
+                       device=cluster.device).scatter_add_(2, cluster, torch.ones_like(cluster))
+
+
+def chunk_by_cluster(cluster: torch.Tensor, n_clusters: int,
+                     chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lay the positions of each row out by cluster, in order of position within a cluster,
+    in chunks of w = min(chunk, N) that hold one cluster each (its last one padded).
+
+    ``cluster`` (B, H, N) -> ``layout`` (B, H, G, w), the position in each slot (-1: padding),
+    and ``slot`` (B, H, N), each position's slot in the flattened layout; G <= (N + C (w - 1)) / w.
+    A position's chunk and slot depend only on the positions of its cluster before it.
+    """
+    b, h, n = cluster.shape
+    w = min(chunk, n)
+    position = torch.arange(n, device=cluster.device)
+    order = (cluster * n + position).argsort(dim=-1)  # (B, H, N) sorted -> position
+    cluster_sorted = cluster.gather(-1, order)  # (B, H, N)
+    count = _counts(cluster, n_clusters)  # (B, H, C)
+    rank = position - (count.cumsum(-1) - count).gather(-1, cluster_sorted)  # rank in cluster
+    n_chunks = (count + w - 1) // w  # (B, H, C)
+    chunk_id = (n_chunks.cumsum(-1) - n_chunks).gather(-1, cluster_sorted) + rank // w
+    slot_sorted = chunk_id * w + rank % w  # (B, H, N)
+    g = int(n_chunks.sum(-1).max())
+    layout = torch.full((b, h, g * w), -1, dtype=torch.long, device=cluster.device)
+    layout = layout.scatter(-1, slot_sorted, order).view(b, h, g, w)
+    return layout, torch.empty_like(order).scatter_(-1, order, slot_sorted)
+
+
+def unchunk(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """Rows of ``x`` (B, H, G, w, D) back in order of position: (B, H, N, D)."""
+    return gather_rows(x.flatten(2, 3), slot)
+
+
+def sorted_cluster_attention(
+    q: torch.Tensor,  # (B, H, T, Dh)
+    k: torch.Tensor,  # (B, H, S, Dh), S >= T: the queries are the last T positions
+    v: torch.Tensor,  # (B, H, S, Dh)
+    query_cluster: torch.Tensor,  # (B, H, T) long
+    key_cluster: torch.Tensor,  # (B, H, S) long
+    n_clusters: int,
+    chunk: int,
+    *,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None = None,  # (B, S) bool, True = padding
+) -> torch.Tensor:  # (B, H, T, Dh)
+    """Each query attends to keys of its own cluster, near it in the cluster's order.
+
+    The queries of a cluster, in order of position, are cut into chunks of w = min(chunk, T).
+    A chunk whose first query sits at key position f sees 2r keys of its cluster (r =
+    min(chunk, S)), consecutive in order of position: causal, from the r-th before the first
+    one at or after f (fewer if the cluster has fewer), each query keeping those at or before
+    it; bidirectional, centred there (r / 2 before), all of the cluster's if it has <= 2r.  With
+    one cluster and chunk >= S that is every key: full attention.  Chunks: at most
+    (T + C (w - 1)) / w, so the scores hold at most 2r (T + C w) entries per head; softmax by
+    ``scaled_dot_product_attention`` under that mask.
+    """
+    b, h, t, dh = q.shape
+    s = k.shape[-2]
+    device = q.device
+    layout, slot = chunk_by_cluster(query_cluster, n_clusters, chunk)  # (B, H, G, w), (B, H, T)
+    g, w = layout.shape[-2:]
+    first = layout[..., 0].clamp(min=0)  # (B, H, G) each chunk's first (earliest) query
+    chunk_cluster = query_cluster.gather(-1, first)  # (B, H, G)
+    # -- keys: sort by (cluster, position); each chunk's window of its cluster's keys --
+    code_sorted, key_order = (key_cluster * s + torch.arange(s, device=device)).sort(dim=-1)
+    key_count = _counts(key_cluster, n_clusters)  # (B, H, C)
+    lo = (key_count.cumsum(-1) - key_count).gather(-1, chunk_cluster)  # (B, H, G)
+    hi = lo + key_count.gather(-1, chunk_cluster)  # the cluster's keys: sorted [lo, hi)
+    anchor = torch.searchsorted(code_sorted, chunk_cluster * s + first + (s - t))  # (B, H, G)
+    reach = min(chunk, s)  # the window: 2 x reach keys
+    if causal:  # from `reach` keys before the anchor: ranks up to the query's, no later count
+        start = (anchor - reach).maximum(lo)
+    else:  # centred on the anchor, kept inside the cluster where it is smaller than the window
+        start = (anchor - reach // 2).minimum(hi - 2 * reach).maximum(lo)
+    index = start[..., None] + torch.arange(2 * reach, device=device)  # (B, H, G, 2 reach)
+    in_cluster = index < hi[..., None]
+    key_position = key_order.gather(-1, index.clamp(max=s - 1).flatten(2)).view(index.shape)
+    # -- attention within each chunk --
+    valid = in_cluster[..., None, :] & (layout >= 0)[..., None]  # (B, H, G, w, 2 reach)
+    if causal:
+        valid = valid & (key_position[..., None, :] <= layout[..., None] + (s - t))
+    if key_padding_mask is not None:
+        padded = key_padding_mask[:, None, :].expand(b, h, s).gather(-1, key_position.flatten(2))
+        valid = valid & ~padded.view(index.shape)[..., None, :]
+    seen = valid.any(-1, keepdim=True)  # (B, H, G, w, 1): a query with no key gives 0
+    valid = valid | (~seen & (torch.arange(2 * reach, device=device) == 0))  # no empty row
+    queries = gather_rows(q, layout.clamp(min=0)).flatten(1, 2)  # (B, H * G, w, Dh): 4-D,
+    keys = gather_rows(k, key_position).flatten(1, 2)  # (B, H * G, 2 reach, Dh): fused kernels
+    values = gather_rows(v, key_position).flatten(1, 2)
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=valid.flatten(1, 2))
+    return unchunk(out.view(b, h, g, w, dh) * seen, slot)  # (B, H, T, Dh)
