@@ -1,0 +1,54 @@
+"""Strided attention, the Sparse Transformer's factorisation for data with a period (Child,
+Gray, Radford & Sutskever 2019, "Generating Long Sequences with Sparse Transformers", §4.3,
+Figure 3b), with stride l, chosen near sqrt(n):
+
+    A1_i = {j : 0 <= i - j < l}                (the previous l positions, i included)
+    A2_i = {j <= i : (i - j) mod l = 0}        (every l-th position back)
+
+A1 is computed on the rows of the (T / l, l) grid (each row within itself and against the
+row before it, the pairs within l kept), A2 on the grid transposed -- attention along its
+columns, as the paper's kernels do ("attention with a stride of k can be computed by
+transposing the matrix and computing a local window", §5.5).
+Cost O(T * (2l + T / l)) per head.  ``mode`` combines them (:mod:`._factorized`):
+``interleaved`` (A1 at even layers, A2 at odd; with ``model.share_blocks`` every block is
+layer 0, so only A1), ``merged`` (one softmax over A1 ∪ A2, each key once) or ``multihead``.
+
+Choices, named: A1 has l keys, as the reference code's band (openai/sparse_attention,
+``local``: band of width ``local_attn_ctx``); the paper's set {max(0, i - l), ..., i} has l + 1,
+and that extra key i - l is in A2 anyway.  Causal only: A1 is defined up to i and neither the
+paper nor its code gives a bidirectional strided pattern, so ``bidirectional`` is not declared.
+Defaults: l = 128, the stride of the paper's strided ImageNet 64x64 model (§7.3); the paper
+does not say how its strided models combine the patterns: ``merged``, as its enwik8 model.
+"""
+
+from __future__ import annotations
+
+from xformer_bench.attention._factorized import (
+    Blocks,
+    Columns,
+    FactorizedAttention,
+    Part,
+    PreviousRow,
+)
+from xformer_bench.errors import ConfigError
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.registry import ATTENTION
+
+
+@ATTENTION.register("strided")
+class StridedAttention(FactorizedAttention):
+    option = "strided"
+    provides = FactorizedAttention.provides - {"bidirectional"}
+
+    def __init__(self, dims: ModelDims, stride: int = 128, mode: str = "merged"):
+        super().__init__(dims, mode)
+        if stride < 1:
+            raise ConfigError(f"attention=strided: stride={stride} must be at least 1")
+        self.stride = stride
+
+    def width(self, s: int) -> int:
+        return self.stride
+
+    def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
+        # A1: own row up to i, and the previous row within l; the query itself is in A1
+        return (Blocks(width), PreviousRow(width)), (Columns(width, skip_self=merged),)
