@@ -1,6 +1,6 @@
 """Sort, chunk, look one chunk back, un-sort: the plumbing of attention over a content-based
 order (Reformer's LSH buckets; any kernel that groups positions by a key and attends within
-groups of consecutive sorted items), and the masked softmax the sorting attentions share.
+groups of consecutive sorted items).
 
 Items of a (B, H, T, ...) tensor are sorted by an integer key per (batch, head, round); the
 sorted sequence is cut into n chunks of ``chunk`` items, and each chunk attends to itself and
@@ -14,10 +14,6 @@ to them a run at a time (:func:`windows`), which keeps the working set in the CP
 from __future__ import annotations
 
 import torch
-
-NEGATIVE = torch.finfo(torch.float32).min
-"""The logit of a key a query may not see."""
-
 
 def sort_by(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``order`` (the original index of each sorted item) and ``undo`` (the sorted index of
@@ -64,20 +60,3 @@ def take(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``rows[index]`` for ``rows`` (N, *rest) and any long ``index`` through index_select,
     whose backward is a fast index_add (advanced indexing's is a slow accumulate on CPU)."""
     return rows.index_select(0, index.reshape(-1)).view(*index.shape, *rows.shape[1:])
-
-
-def softmax_attention(
-    scores: torch.Tensor,  # (..., Tq, Tk)
-    allowed: torch.Tensor,  # bool, broadcastable to (..., Tq, Tk)
-    v: torch.Tensor,  # (..., Tk, Dv)
-) -> tuple[torch.Tensor, torch.Tensor]:  # (..., Tq, Dv), log-normaliser (..., Tq)
-    """Softmax attention over the allowed keys: the output (0 for a row with none) and the
-    log-normaliser, ``logsumexp`` in value and gradient, taken as ``max - log(max softmax)``.
-    Not ``exp(scores - logsumexp)``: on CPU, exp of a masked -3.4e38 takes a slow path (4x
-    the time of ordinary inputs), which the fused softmax avoids."""
-    scores = scores.float().masked_fill(~allowed, NEGATIVE)
-    top = scores.amax(dim=-1, keepdim=True)  # (..., Tq, 1)
-    weights = scores.softmax(dim=-1)  # (..., Tq, Tk)
-    lse = (top - weights.amax(dim=-1, keepdim=True).log()).squeeze(-1)  # d lse / d scores = weights
-    out = weights.to(v.dtype) @ v  # (..., Tq, Dv)
-    return out.masked_fill(top == NEGATIVE, 0), lse

@@ -51,8 +51,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import TokenMixer
-from xformer_bench.attention._sorting import (chunk_rows, softmax_attention, sort_by, take, unchunk,
-                                              windows)
+from xformer_bench.attention._sparse import softmax_attention
+from xformer_bench.attention._sorting import chunk_rows, sort_by, take, unchunk, windows
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import ATTENTION
