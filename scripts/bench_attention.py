@@ -5,7 +5,8 @@
         --batch 1 --heads 4 --head-dim 64 --bidirectional --cap-seconds 10
 
 Writes results/bench/attention.{md,tex,csv} and attention.{png,pdf} (log-log time and memory
-against T).  CPU here, CUDA when present (synchronised timing, max_memory_allocated).
+against T); with --scope kernel, attention_kernel.* (q, k, v -> out alone, where the option has
+a kernel).  CPU here, CUDA when present (synchronised timing, max_memory_allocated).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--bidirectional", action="store_true", help="default: causal")
+    parser.add_argument("--scope", choices=("layer", "kernel"), default="layer",
+                        help="time the whole sublayer, or the kernel alone where there is one")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes (the fastest counts)")
     parser.add_argument("--cap-seconds", type=float, default=30.0)
     parser.add_argument("--cap-megabytes", type=float, default=8192.0)
@@ -38,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     names = ["full", *(n for n in args.attention if n != "full")]  # the reference first
-    shape = Shape(args.batch, args.heads, args.head_dim, causal=not args.bidirectional)
+    shape = Shape(args.batch, args.heads, args.head_dim, not args.bidirectional, args.scope)
     device = torch.device(args.device)
     results = sweep(names, sorted(args.lengths), shape, Caps(args.cap_seconds, args.cap_megabytes),
                     device, args.repeats)
@@ -46,7 +49,7 @@ def main() -> None:
         f"CPU ({torch.get_num_threads()} threads)"
     rendered = table(results, shape, where)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / "attention"
+    stem = args.out / ("attention" if args.scope == "layer" else "attention_kernel")
     stem.with_suffix(".md").write_text(markdown.render(rendered))
     stem.with_suffix(".tex").write_text(latex.render(rendered))
     stem.with_suffix(".csv").write_text(to_csv(results))

@@ -55,3 +55,11 @@ def test_the_table_has_speed_ups_and_memory_ratios_against_full(tmp_path):
     (tmp_path / "attention.tex").write_text(latex.render(rendered))
     done = compile_latex(tmp_path, ["attention.tex"])
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_kernel_scope_leaves_the_projections_out():
+    quiet = dict(repeats=1, progress=lambda line: None)
+    layer, = sweep(["full"], [64], Shape(1, 2, 8, scope="layer"), Caps(), CPU, **quiet)
+    kernel, = sweep(["full"], [64], Shape(1, 2, 8, scope="kernel"), Caps(), CPU, **quiet)
+    assert layer.status == kernel.status == "ok"
+    assert kernel.peak_mb < layer.peak_mb  # no (B, T, 3D) projection output, no D x D gradients

@@ -39,6 +39,7 @@ class Shape:
     heads: int = 4
     head_dim: int = 64
     causal: bool = True
+    scope: str = "layer"  # layer: the whole sublayer | kernel: q, k, v -> out where there is one
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,20 @@ def measure(name: str, length: int, shape: Shape, device: torch.device,
     if mode not in layer.provides:
         return Measurement(name, length, status=f"n/a ({mode})")
     ctx = ForwardContext(Position(), causal=shape.causal, layer=1)
-    x = torch.randn(shape.batch, length, shape.heads * shape.head_dim, device=device,
-                    requires_grad=True)  # (B, T, D)
+    kernel = getattr(layer, "kernel", None) if shape.scope == "kernel" else None
+    if kernel is not None:  # (B, H, T, Dh) queries, keys and values straight into the kernel
+        inputs = [torch.randn(shape.batch, shape.heads, length, shape.head_dim, device=device,
+                              requires_grad=True) for _ in range(3)]
+        run = lambda: kernel(*inputs, causal=shape.causal, layer=1)  # noqa: E731
+    else:
+        inputs = [torch.randn(shape.batch, length, shape.heads * shape.head_dim, device=device,
+                              requires_grad=True)]  # (B, T, D)
+        run = lambda: layer(inputs[0], ctx)  # noqa: E731
 
     def step() -> None:
-        layer(x, ctx).sum().backward()
-        x.grad = None
+        run().sum().backward()
+        for tensor in inputs:
+            tensor.grad = None
         layer.zero_grad(set_to_none=True)
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
@@ -167,12 +176,14 @@ def table(results: list[Measurement], shape: Shape, device: str) -> Table:
         rows.append(Row(label=name, key=(("attention", name),), cells=tuple(cells), finished=1,
                         total=1, statuses=""))
     mode = "causal" if shape.causal else "bidirectional"
-    note = (f"Attention cost on {device}: one {mode} layer (projections included), forward + "
+    what = ("layer (projections included)" if shape.scope == "layer" else
+            "kernel (q, k, v -> out; token mixers without a kernel: their whole layer)")
+    note = (f"Attention cost on {device}: one {mode} {what}, forward + "
             f"backward, batch {shape.batch}, {shape.heads} heads of {shape.head_dim}; steps/s "
             f"(speed-up over {REFERENCE}) and peak memory allocated in MB (ratio to {REFERENCE}); "
             "cap: stopped where time or memory would pass the caps; n/a: the option does not "
             "run this shape.")
-    return Table(experiment="attention_cost", columns=tuple(columns), rows=tuple(rows),
+    return Table(experiment=f"attention_cost_{shape.scope}", columns=tuple(columns), rows=tuple(rows),
                  loss_data="", note=note)
 
 
