@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.errors import ConfigError
