@@ -66,6 +66,15 @@ def test_run_identity_ignores_where_files_go_but_not_what_is_trained():
     assert records.run_identity(base, choices) != records.run_identity(changed, choices)
 
 
+def test_run_identity_ignores_the_study_declaration_around_a_run():
+    """Adding an option to a study's sweep list must not orphan the records already run."""
+    study = compose_config("experiment=attention_zoo")
+    grown = compose_config("experiment=attention_zoo", "sweep.attention='full,local,new_option'",
+                           "baseline.attention=local")
+    choices = {"model": "vanilla"}
+    assert records.run_identity(study, choices) == records.run_identity(grown, choices)
+
+
 def test_record_validation_rejects_missing_keys_and_unknown_status(tmp_path):
     with pytest.raises(ValueError, match="lacks"):
         records.validate({"status": "finished"})

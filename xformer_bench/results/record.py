@@ -26,7 +26,11 @@ from xformer_bench.metric_spec import BITS_PER, MetricSpec
 
 SCHEMA_VERSION = 2
 STATUSES = ("finished", "diverged", "failed", "interrupted")
-IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline")
+IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline", "sweep",
+                     "match_params")
+"""Keys that do not change what a run computes: where files go, how it is logged, and a study's
+declarations (its sweep list, its baseline row, its parameter-matching request: the d_ff the
+match solves is in ``model`` and counts there)."""
 
 REQUIRED_KEYS = (
     "schema", "run_id", "experiment", "status", "error", "choices", "overrides", "seed",
