@@ -35,9 +35,16 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``).
     """
     from xformer_bench.errors import XbenchError
+    from xformer_bench.models.param_match import describe, match_params
     from xformer_bench.results.record import finished_record
     from xformer_bench.run import execute
 
+    try:
+        config = match_params(config)  # before the skip: the solved d_ff is part of the run
+    except XbenchError as error:
+        return _fail(2, str(error), [], multirun)
+    if config.get("match_params"):
+        print(f"[xbench] {describe(config['match_params']['result'])}")
     if config.get("skip_completed"):
         done = finished_record(config, choices)
         if done is not None:
@@ -54,10 +61,14 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     else:
         _report(record)
         return _objective(record)
+    return _fail(status, message, details, multirun)
+
+
+def _fail(status: int, message: str, details: list[str], multirun: bool) -> None:
+    """One ``error:`` line; a single run exits with ``status``, a sweep goes on."""
     print(f"error: {message}" + (f" ({'; '.join(details)})" if details else ""), file=sys.stderr)
     if not multirun:
         sys.exit(status)
-    return None  # the sweep goes on
 
 
 def _save_traceback(run_dir: Path) -> Path:
