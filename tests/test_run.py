@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import compose_config, run_tiny
 from xformer_bench.errors import DivergedError
@@ -112,3 +114,20 @@ def test_a_layer_that_learns_a_quantity_reports_it_in_the_record(tmp_path):
                       "attention.max_span=64")
     span = record["model_report"]["mean_span"]  # averaged over layers and heads
     assert 0 < span <= 64 and span == pytest.approx(16, abs=2)  # init 16, after 16 small steps
+
+
+def test_a_run_measures_its_own_peak_memory_not_the_process_high_water_mark():
+    """Runs of a sweep share a process: each resets the peak when it starts."""
+    from xformer_bench.training.peak_memory import RunPeakMemory
+
+    ballast = torch.ones(128 * 2**20, dtype=torch.uint8)  # 128 MiB resident, then freed
+    del ballast
+    memory = RunPeakMemory()
+    memory.start()
+    held = torch.ones(16 * 2**20, dtype=torch.uint8)
+    mib, kind = memory.read()
+    if kind != "cpu_peak_rss":
+        pytest.skip(f"no resettable peak RSS here ({kind})")
+    rss_now = float(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text())[1]) / 1024
+    assert rss_now - 1 <= mib < rss_now + 48  # this run's peak, not the earlier 128 MiB
+    del held

@@ -189,6 +189,19 @@ def test_active_params_column_appears_only_for_routed_models(found):
     assert active.mean == 500_000
 
 
+def test_peak_memory_column_shows_per_run_peaks_only(found):
+    """A sweep's ``cpu_max_rss`` is the process's peak so far: never shown as a run's memory."""
+    records = copy.deepcopy(found.of("fixture_positions"))
+    assert "Peak MiB" not in [c.title for c in table_of(records).columns]
+    for i, record in enumerate(records):
+        if record["choices"]["position"] == "learned" and record["status"] == "finished":
+            record.update(peak_memory_kind="cpu_peak_rss", peak_memory_mb=100.0 + 10 * i)
+    learned = [r["peak_memory_mb"] for r in records if r["peak_memory_kind"] == "cpu_peak_rss"]
+    table = table_of(records)
+    assert cells(table, "Learned absolute")["Peak MiB"].mean == pytest.approx(np.mean(learned))
+    assert cells(table, "Sinusoidal")["Peak MiB"].mean is None
+
+
 def test_tasks_side_by_side_take_titles_and_directions_from_their_specs(found):
     """The done-when of issue 8 item 6: classification (higher is better) and pixel LM next
     to byte LM in one table."""

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import resource
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from xformer_bench.config import choice_groups
 from xformer_bench.errors import DivergedError, XbenchError
 from xformer_bench.results import record as records
+from xformer_bench.training.peak_memory import RunPeakMemory
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
-
-
-def _peak_memory() -> tuple[float, str]:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_max_rss"
 
 
 def _build_datamodule(config: dict[str, Any]):
@@ -92,6 +84,8 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     record = records.new_record(config, {g: choices.get(g) for g in choice_groups()},
                                 overrides, run_dir)
     started = time.perf_counter()
+    memory = RunPeakMemory()
+    memory.start()
     try:
         with shared_with_spawned_ranks(config, choices, overrides, run_dir):
             _train(config, record, run_dir)
@@ -110,7 +104,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     finally:
         if record["params"] is not None:  # the model was built: training started
             record["wall_time_sec"] = time.perf_counter() - started
-            record["peak_memory_mb"], record["peak_memory_kind"] = _peak_memory()
+            record["peak_memory_mb"], record["peak_memory_kind"] = memory.read()
             record["finished_at"] = records.now()
             record["record_path"] = str(records.write_record(record, config))
     return record

@@ -1,7 +1,7 @@
 """Variants -> a :class:`Table` in the shape of Narang et al. (2021) Table 1.
 
 Columns: Params (and Active params when a routed layer makes them differ), Ops (FLOPs per
-step), Step/s, Early loss, Final loss, one column per test metric the records declare on each
+step), Step/s, Peak MiB (when runs measured their own peak: see ``PER_RUN_MEMORY``), Early loss, Final loss, one column per test metric the records declare on each
 dataset (:mod:`metrics`), Seeds.  Only finished runs are averaged; a variant with none shows
 its status instead.  Params, Ops, Step/s, the losses and Seeds come from the dataset with the
 most runs (ties: by name) -- the pre-training task of the survey.
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from xformer_bench.results.metrics import Metric, table_metrics
-from xformer_bench.results.record import STATUSES
+from xformer_bench.results.record import PER_RUN_MEMORY, STATUSES
 from xformer_bench.results.significance import ALPHA, welch_p_value
 from xformer_bench.results.table import Cell, Column, Row, Table
 from xformer_bench.results.variants import Variant, data_of
@@ -76,6 +76,10 @@ def _metric_value(metric: Metric) -> Extract:
     return extract
 
 
+def _per_run_memory(record: dict[str, Any]) -> Any:
+    return record.get("peak_memory_mb") if record.get("peak_memory_kind") in PER_RUN_MEMORY else None
+
+
 def _loss_at(point: str) -> Extract:
     return lambda record: (record.get(point) or {}).get(LOSS_KEY)
 
@@ -98,6 +102,7 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
     records = [r for v in variants for r in v.records]
     datasets = datasets_of(variants)
     metrics = table_metrics(records, datasets)
+    per_run_memory = any(r.get("peak_memory_kind") in PER_RUN_MEMORY for r in records)
     routed = any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
                  for r in records)
     columns = [
@@ -105,6 +110,7 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
         *([Column("active_params", "Active params", kind="si")] if routed else []),
         Column("ops", "Ops", kind="si"),
         Column("steps_per_sec", "Step/s", digits=2),
+        *([Column("peak_memory", "Peak MiB", digits=0)] if per_run_memory else []),
         Column("early_loss", "Early loss", digits=3, higher_is_better=False),
         Column("final_loss", "Final loss", digits=3, higher_is_better=False),
         *(Column(m.column_key, m.title, digits=m.spec.digits,
@@ -122,6 +128,7 @@ def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
         "active_params": lambda: configured(runs, "active_params"),
         "ops": lambda: configured(runs, "flops_per_step"),
         "steps_per_sec": lambda: measured(runs, lambda r: r.get("steps_per_sec")),
+        "peak_memory": lambda: measured(runs, _per_run_memory),
         "early_loss": lambda: measured(runs, _loss_at("early")),
         "final_loss": lambda: measured(runs, _loss_at("final")),
         "seeds": lambda: _seeds(runs),

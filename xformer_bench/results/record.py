@@ -46,6 +46,10 @@ MEASURED = ("params", "active_params", "flops_per_step", "steps_per_sec", "token
             "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "wall_time_sec")
 """Keys a run fills as it goes; None until measured."""
 
+PER_RUN_MEMORY = ("cuda_max_allocated", "cpu_peak_rss")
+"""``peak_memory_kind`` s that measure one run (tables show only these; ``cpu_max_rss`` is
+the process's peak since it started: in a sweep, the highest run so far)."""
+
 SHAPES = {"run_id": str, "experiment": str, "choices": dict, "config": dict, "overrides": list,
           "early": (dict, type(None)), "final": (dict, type(None)), "test": (dict, type(None)),
           "history": (list, type(None)), "metrics": list}
