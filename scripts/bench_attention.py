@@ -6,7 +6,7 @@
 
 Writes results/bench/attention.{md,tex,csv} and attention.{png,pdf} (log-log time and memory
 against T); with --scope kernel, attention_kernel.* (q, k, v -> out alone, where the option has
-a kernel).  CPU here, CUDA when present (synchronised timing, max_memory_allocated).
+a kernel); with --bidirectional, the same names ending in _bidirectional.  CPU here, CUDA when present (synchronised timing, max_memory_allocated).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def main() -> None:
         f"CPU ({torch.get_num_threads()} threads)"
     rendered = table(results, shape, where)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / ("attention" if args.scope == "layer" else "attention_kernel")
+    stem = args.out / ("attention" + ("" if args.scope == "layer" else "_kernel")
+                       + ("_bidirectional" if args.bidirectional else ""))
     stem.with_suffix(".md").write_text(markdown.render(rendered))
     stem.with_suffix(".tex").write_text(latex.render(rendered))
     stem.with_suffix(".csv").write_text(to_csv(results))

@@ -4,6 +4,9 @@ and the LRA-shaped table renders (its LaTeX compiles)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,3 +66,16 @@ def test_kernel_scope_leaves_the_projections_out():
     kernel, = sweep(["full"], [64], Shape(1, 2, 8, scope="kernel"), Caps(), CPU, **quiet)
     assert layer.status == kernel.status == "ok"
     assert kernel.peak_mb < layer.peak_mb  # no (B, T, 3D) projection output, no D x D gradients
+
+
+def test_the_script_benches_bidirectional_only_options_under_their_own_name(tmp_path):
+    script = Path(__file__).parent.parent / "scripts" / "bench_attention.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--attention", "full", "linformer", "--lengths", "64", "128",
+         "--heads", "2", "--head-dim", "8", "--repeats", "1", "--bidirectional",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rendered = (tmp_path / "attention_bidirectional.md").read_text()
+    linformer = next(line for line in rendered.splitlines() if line.startswith("| linformer"))
+    assert "n/a" not in linformer and "x)" in linformer  # measured, with its ratio to full
+    assert not (tmp_path / "attention.md").exists()  # the causal table is not overwritten
