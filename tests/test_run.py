@@ -68,6 +68,16 @@ def test_run_identity_ignores_where_files_go_but_not_what_is_trained():
     assert records.run_identity(base, choices) != records.run_identity(changed, choices)
 
 
+def test_an_option_added_at_its_neutral_value_keeps_older_run_ids():
+    base = compose_config()
+    older = {**base, "model": {k: v for k, v in base["model"].items()
+                               if k not in records.IDENTITY_NEUTRAL["model"]}}
+    choices = {"model": "vanilla"}
+    assert records.run_identity(base, choices) == records.run_identity(older, choices)
+    gated = compose_config("model.residual=gru_gate")
+    assert records.run_identity(gated, choices) != records.run_identity(base, choices)
+
+
 def test_run_identity_ignores_the_study_declaration_around_a_run():
     """Adding an option to a study's sweep list must not orphan the records already run."""
     study = compose_config("experiment=attention_zoo")

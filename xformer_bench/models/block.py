@@ -5,9 +5,11 @@ norms sit where ``model.norm_placement`` says:
 * ``post``     -- ``N(x + f(x))``            (Vaswani et al. 2017);
 * ``sandwich`` -- ``x + N(f(N(x)))``         (Ding et al. 2021, CogView's Sandwich-LN).
 
-All three are one forward, ``N_residual(x + gate(N_output(f(N_input(x)))))``, with identity in
-the slots a placement leaves empty.  The norm may supply the ``gate`` (ReZero, Fixup) and a
-re-initialisation of the branch (Fixup); see :mod:`xformer_bench.norm`.
+All three are one forward, ``N_residual(x (+) gate(N_output(f(N_input(x)))))``, with identity
+in the slots a placement leaves empty.  The norm may supply the ``gate`` (ReZero, Fixup) and a
+re-initialisation of the branch (Fixup); see :mod:`xformer_bench.norm`.  ``(+)`` is the
+residual join, ``x + y`` unless ``model.residual`` says otherwise (GTrXL's GRU gate; see
+:mod:`xformer_bench.models.residual`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import nn
 
 from xformer_bench.norm import init_residual_branch, residual_gate
 from xformer_bench.models.context import ForwardContext
+from xformer_bench.models.residual import ResidualAdd
 
 NORM_SLOTS = ("input", "output", "residual")
 PLACEMENTS: dict[str, tuple[str, ...]] = {
@@ -44,6 +47,7 @@ class Block(nn.Module):
         make_norm: Callable[[], nn.Module],
         placement: str = "pre",
         dropout: float = 0.0,
+        make_residual: Callable[[], nn.Module] = ResidualAdd,
     ):
         super().__init__()
         if placement not in PLACEMENTS:
@@ -58,6 +62,7 @@ class Block(nn.Module):
             for sublayer in SUBLAYERS
         })
         self.gates = nn.ModuleDict({sublayer: residual_gate(self.norm_of(sublayer)) for sublayer in SUBLAYERS})
+        self.joins = nn.ModuleDict({sublayer: make_residual() for sublayer in SUBLAYERS})
         self.dropout = nn.Dropout(dropout)
 
     def norm_of(self, sublayer: str) -> nn.Module:
@@ -74,7 +79,8 @@ class Block(nn.Module):
     def _residual(self, sublayer: str, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         norm = self.norms[sublayer]
         h = norm["output"](getattr(self, sublayer)(norm["input"](x), ctx))  # (B, T, D)
-        return norm["residual"](x + self.gates[sublayer](self.dropout(h)))  # (B, T, D)
+        y = self.gates[sublayer](self.dropout(h))  # (B, T, D)
+        return norm["residual"](self.joins[sublayer](x, y))  # (B, T, D)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
         x = self._residual("attention", x, ctx)

@@ -5,7 +5,7 @@ encoder output, padding mask, previous logits ...) is a new field here, not a ne
 Fields are added by the mechanism that needs them, with a default that means "absent"; each
 layer reads only the fields it uses.  The assembly sets ``layer`` before each block.  Still to
 come with their mechanisms: per-layer memory (Transformer-XL, compressive), the encoder output
-(cross-attention), the previous layer's logits (RealFormer).
+(cross-attention).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class ForwardContext:
     ``model.share_blocks`` every application is layer 0 (per-layer tables are shared too)."""
     key_padding_mask: torch.Tensor | None = None
     """(B, S) bool, True at padding keys that no query may attend to; None: no padding."""
+    previous_logits: torch.Tensor | None = None
+    """(B, H, T, S): the attention logits of the previous layer, which RealFormer's next layer
+    adds to its own (``model.residual_attention``); None before the first layer or when off."""
     aux_losses: list[torch.Tensor] = field(default_factory=list)
     """Scalar losses layers add in training (e.g. expert load balancing), one per application:
     a block applied several times (``model.share_blocks``) adds one each time."""

@@ -7,14 +7,18 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
+from xformer_bench.errors import ConfigError
 from xformer_bench.models.capabilities import Part, check_compatible
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.embedding import TokenEmbedding
 from xformer_bench.models.init import init_weights
 from xformer_bench.models.output_head import OutputHead
+from xformer_bench.models.residual import residual_factory
+from xformer_bench.models.residual_attention import ResidualAttention
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.registry import FFN, NORM, POSITION
 
@@ -46,6 +50,9 @@ class TransformerLM(nn.Module):
         output: str = "softmax",
         mos_components: int = 4,
         share_blocks: bool = False,
+        residual: str = "add",
+        residual_attention: bool = False,
+        checkpointing: bool = False,
     ):
         super().__init__()
         self.dims = dims
@@ -53,15 +60,27 @@ class TransformerLM(nn.Module):
         self.embedding = TokenEmbedding(dims.vocab_size, dims.d_model, embedding_dim)
         self.position = POSITION.build(position, dims=dims)
         self.dropout = nn.Dropout(dims.dropout)
+        if checkpointing and residual_attention:
+            raise ConfigError("model.checkpointing=true recomputes each block on its own, but "
+                              "model.residual_attention=true passes logits between blocks: "
+                              "turn one of them off")
+        make_residual = residual_factory(residual, dims.d_model)
+
+        def make_mixer() -> nn.Module:
+            mixer = build_token_mixer(attention, dims)
+            return (ResidualAttention.replacing(mixer, dims, attention["name"])
+                    if residual_attention else mixer)
+
         make_block = lambda: Block(  # noqa: E731
-            build_token_mixer(attention, dims),
+            make_mixer(),
             FFN.build(ffn, dims=dims, activation=activation),
             make_norm,
             placement=norm_placement,
             dropout=dims.dropout,
+            make_residual=make_residual,
         )
         first = make_block()
-        self.share_blocks = share_blocks
+        self.share_blocks, self.checkpointing = share_blocks, checkpointing
         check_compatible(lm_parts(
             {"attention": attention, "position": position, "norm": norm, "ffn": ffn},
             {"attention": first.attention, "position": self.position,
@@ -82,9 +101,12 @@ class TransformerLM(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) log-probs
         ctx = ForwardContext(self.position, causal=True)
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
+        recompute = self.checkpointing and self.training and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
             ctx.layer = 0 if self.share_blocks else i
-            x = block(x, ctx)
+            # Gradient checkpointing (Chen et al. 2016; the Sparse Transformer's recompute):
+            # keep only each block's input, recompute its inside in the backward pass.
+            x = checkpoint(block, x, ctx, use_reentrant=False) if recompute else block(x, ctx)
         self._auxiliary_loss = ctx.auxiliary_loss()
         return self.head(self.final_norm(x))
 

@@ -32,6 +32,13 @@ IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline", 
 declarations (its sweep list, its baseline row, its parameter-matching request: the d_ff the
 match solves is in ``model`` and counts there)."""
 
+IDENTITY_NEUTRAL = {
+    "model": {"residual": "add", "residual_attention": False, "checkpointing": False},
+}
+"""Keys added after records existed, at the value that trains what runs did before they
+existed: left out of the hash at that value, so older records keep their ids (and a study
+resumes) when the house grows an option."""
+
 REQUIRED_KEYS = (
     "schema", "run_id", "experiment", "status", "error", "choices", "overrides", "seed",
     "git_commit", "params", "active_params", "flops_per_step", "steps_per_sec", "tokens_per_sec",
@@ -107,6 +114,10 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
 def run_identity(config: dict[str, Any], choices: dict[str, str]) -> str:
     """Readable prefix + hash of everything that changes the result."""
     essential = {k: v for k, v in config.items() if k not in IDENTITY_EXCLUDED}
+    for group, neutral in IDENTITY_NEUTRAL.items():
+        if isinstance(essential.get(group), dict):
+            essential[group] = {k: v for k, v in essential[group].items()
+                                if k not in neutral or v != neutral[k]}
     digest = hashlib.sha1(json.dumps(essential, sort_keys=True, default=str).encode()).hexdigest()
     parts = [choices.get(g, "") for g in ("model", "attention", "norm", "activation", "position")]
     return f"{'-'.join(p for p in parts if p)}_s{config.get('seed')}_{digest[:10]}"
