@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from xformer_bench.config import choice_groups
-from xformer_bench.errors import DivergedError, XbenchError
+from xformer_bench.errors import ConfigError, DivergedError, XbenchError
 from xformer_bench.results import record as records
 from xformer_bench.training.peak_memory import RunPeakMemory
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
@@ -16,7 +16,15 @@ from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
 def _build_datamodule(config: dict[str, Any]):
     from xformer_bench.registry import DATA
 
-    return DATA.build(config["data"], seed=config["seed"], data_dir=config["paths"]["data_dir"])
+    datamodule = DATA.build(config["data"], seed=config["seed"],
+                            data_dir=config["paths"]["data_dir"])
+    stride = (config.get("eval") or {}).get("stride")
+    if stride is not None and not hasattr(datamodule, "evaluate_with_stride"):
+        raise ConfigError(f"eval.stride scores sliding windows of a sequence; data="
+                          f"{config['data']['name']} is not one: remove eval.stride")
+    if stride is not None:
+        datamodule.evaluate_with_stride(stride)
+    return datamodule
 
 
 def _build_task(config: dict[str, Any], datamodule):
@@ -40,6 +48,8 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     datamodule = _build_datamodule(config)
     task = _build_task(config, datamodule)
     record.update(records.task_fields(datamodule.task, task.metrics, task.unit))
+    if hasattr(datamodule, "eval_protocol"):
+        record["eval_protocol"] = datamodule.eval_protocol()
     seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()

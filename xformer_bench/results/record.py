@@ -34,6 +34,7 @@ match solves is in ``model`` and counts there)."""
 
 IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False},
+    "eval": {"stride": None},
 }
 """Keys added after records existed, at the value that trains what runs did before they
 existed: left out of the hash at that value, so older records keep their ids (and a study
@@ -118,6 +119,8 @@ def run_identity(config: dict[str, Any], choices: dict[str, str]) -> str:
         if isinstance(essential.get(group), dict):
             essential[group] = {k: v for k, v in essential[group].items()
                                 if k not in neutral or v != neutral[k]}
+            if not essential[group]:
+                del essential[group]  # a node of neutral keys only: as if it did not exist
     digest = hashlib.sha1(json.dumps(essential, sort_keys=True, default=str).encode()).hexdigest()
     parts = [choices.get(g, "") for g in ("model", "attention", "norm", "activation", "position")]
     return f"{'-'.join(p for p in parts if p)}_s{config.get('seed')}_{digest[:10]}"
