@@ -81,8 +81,18 @@ def test_a_schema_1_record_reads_as_the_byte_lm_record_schema_2_writes():
     assert [(m.title, m.test_key, m.spec.higher_is_better) for m in metrics_of(read)] == \
         [("enwik8 bpb", "test/bpb", False)]
     assert {k: v for k, v in read.items() if k not in ("schema", *records.TASK_KEYS,
-                                                      "eval_counts")} == \
-        {k: v for k, v in v1.items() if k not in ("schema", "eval_bytes")}
+                                                      "eval_counts", "choices")} == \
+        {k: v for k, v in v1.items() if k not in ("schema", "eval_bytes", "choices")}
+    assert read["choices"] == {**v1["choices"], **records.GROUPS_ADDED}  # groups added since
+
+
+def test_a_record_from_before_a_group_existed_reads_with_the_option_it_ran():
+    old = {"schema": 2, "choices": {"model": "vanilla", "attention": "full"}}
+    assert records.upgrade(old)["choices"] == {"model": "vanilla", "attention": "full",
+                                               "stack": "standard"}
+    assert old["choices"] == {"model": "vanilla", "attention": "full"}  # not modified
+    newer = {"schema": 2, "choices": {"attention": "full", "stack": "reversible"}}
+    assert records.upgrade(newer)["choices"]["stack"] == "reversible"
 
 
 def test_a_record_with_a_malformed_metric_spec_is_skipped(tmp_path):

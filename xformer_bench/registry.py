@@ -69,6 +69,7 @@ NORM = Registry("norm", "xformer_bench.norm")
 ACTIVATION = Registry("activation", "xformer_bench.activation")
 POSITION = Registry("position", "xformer_bench.position")
 FFN = Registry("ffn", "xformer_bench.ffn")
+STACK = Registry("stack", "xformer_bench.stacks")
 DATA = Registry("data", "xformer_bench.data")
 
-REGISTRIES = {r.group: r for r in (ATTENTION, NORM, ACTIVATION, POSITION, FFN, DATA)}
+REGISTRIES = {r.group: r for r in (ATTENTION, NORM, ACTIVATION, POSITION, FFN, STACK, DATA)}

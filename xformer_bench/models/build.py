@@ -15,7 +15,7 @@ def build_model(config: dict[str, Any], vocab_size: int) -> TransformerLM:
                      dropout=m["dropout"])
     return TransformerLM(
         dims, config["attention"], config["norm"], config["activation"], config["position"],
-        ffn=config["ffn"], norm_placement=m["norm_placement"],
+        ffn=config["ffn"], stack=config["stack"], norm_placement=m["norm_placement"],
         tie_embeddings=m["tie_embeddings"], embedding_dim=m["embedding_dim"], output=m["output"],
         mos_components=m["mos_components"], share_blocks=m["share_blocks"],
         residual=m["residual"], residual_attention=m["residual_attention"],

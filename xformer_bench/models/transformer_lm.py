@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
 from xformer_bench.errors import ConfigError
@@ -20,7 +19,7 @@ from xformer_bench.models.output_head import OutputHead
 from xformer_bench.models.residual import residual_factory
 from xformer_bench.models.residual_attention import ResidualAttention
 from xformer_bench.models.token_mixer import build_token_mixer
-from xformer_bench.registry import FFN, NORM, POSITION
+from xformer_bench.registry import FFN, NORM, POSITION, STACK
 
 
 def lm_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, object],
@@ -44,6 +43,7 @@ class TransformerLM(nn.Module):
         activation: Mapping[str, Any],
         position: Mapping[str, Any],
         ffn: Mapping[str, Any] = {"name": "dense"},  # noqa: B006 -- read-only
+        stack: Mapping[str, Any] = {"name": "standard"},  # noqa: B006 -- read-only
         norm_placement: str = "pre",
         tie_embeddings: bool = True,
         embedding_dim: int | None = None,
@@ -79,36 +79,36 @@ class TransformerLM(nn.Module):
             dropout=dims.dropout,
             make_residual=make_residual,
         )
-        first = make_block()
-        self.share_blocks, self.checkpointing = share_blocks, checkpointing
+        self.stack = STACK.build(stack, dims=dims, make_block=make_block,
+                                 share_blocks=share_blocks, checkpointing=checkpointing)
+        self.share_blocks = share_blocks
+        first = self.stack.blocks[0]
         check_compatible(lm_parts(
-            {"attention": attention, "position": position, "norm": norm, "ffn": ffn},
+            {"attention": attention, "position": position, "norm": norm, "ffn": ffn,
+             "stack": stack},
             {"attention": first.attention, "position": self.position,
-             "norm": first.norm_of("attention"), "ffn": first.feedforward},
+             "norm": first.norm_of("attention"), "ffn": first.feedforward, "stack": self.stack},
             share_blocks))
-        # Block sharing (Dehghani et al. 2019; Lan et al. 2020): one block applied L times.
-        self.blocks = nn.ModuleList(
-            first if share_blocks or i == 0 else make_block() for i in range(dims.n_layers))
         # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
                                components=mos_components)
         self._auxiliary_loss: torch.Tensor | None = None
         init_weights(self, dims.d_model, dims.n_layers)
-        for block in self.blocks[: 1 if share_blocks else None]:  # Fixup's branch re-init
+        for block in self.stack.blocks:  # Fixup's branch re-init
             block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) log-probs
         ctx = ForwardContext(self.position, causal=True)
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
-        recompute = self.checkpointing and self.training and torch.is_grad_enabled()
-        for i, block in enumerate(self.blocks):
-            ctx.layer = 0 if self.share_blocks else i
-            # Gradient checkpointing (Chen et al. 2016; the Sparse Transformer's recompute):
-            # keep only each block's input, recompute its inside in the backward pass.
-            x = checkpoint(block, x, ctx, use_reentrant=False) if recompute else block(x, ctx)
+        x = self.stack(x, ctx)
         self._auxiliary_loss = ctx.auxiliary_loss()
         return self.head(self.final_norm(x))
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The blocks with parameters of their own (``self.stack.blocks``)."""
+        return self.stack.blocks
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -35,10 +35,15 @@ match solves is in ``model`` and counts there)."""
 IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False},
     "eval": {"stride": None},
+    "stack": {"name": "standard", "label": "Standard stack"},
 }
 """Keys added after records existed, at the value that trains what runs did before they
 existed: left out of the hash at that value, so older records keep their ids (and a study
 resumes) when the house grows an option."""
+
+GROUPS_ADDED = {"stack": "standard"}
+"""Config groups added after records existed, with the option those records ran: read into
+their ``choices`` (:func:`upgrade`), so old and new runs of one configuration share a row."""
 
 REQUIRED_KEYS = (
     "schema", "run_id", "experiment", "status", "error", "choices", "overrides", "seed",
@@ -99,10 +104,14 @@ def primary_metric(record: dict[str, Any]) -> MetricSpec | None:
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     """A record as schema 2, the one conversion of older records on read.
 
-    Schema 1 was written by byte-level language modelling only: its task is ``lm``, its one
+    A record from before a config group existed (:data:`GROUPS_ADDED`) gets that group's
+    option in its ``choices``.  Schema 1 was written by byte-level language modelling only: its task is ``lm``, its one
     metric bits per byte, and its ``eval_bytes`` the evaluated units.  Any other record is
     returned as it is (:func:`validate` and the schema check judge it).
     """
+    choices = record.get("choices")
+    if isinstance(choices, dict) and any(g not in choices for g in GROUPS_ADDED):
+        record = {**record, "choices": {**GROUPS_ADDED, **choices}}
     if record.get("schema") != 1:
         return record
     upgraded = {k: v for k, v in record.items() if k != "eval_bytes"}

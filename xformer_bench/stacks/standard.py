@@ -1,0 +1,35 @@
+"""The Transformer's stack: ``n_layers`` blocks, one after another (Vaswani et al. 2017), or one
+block applied ``n_layers`` times with ``model.share_blocks`` (Dehghani et al. 2019; Lan et al.
+2020).  ``model.checkpointing`` recomputes each block in the backward pass (Chen et al. 2016,
+the Sparse Transformer's recompute): only block inputs are kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from xformer_bench.models.context import ForwardContext
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.registry import STACK
+from xformer_bench.stacks import Stack
+
+
+@STACK.register("standard")
+class StandardStack(Stack):
+    def __init__(self, dims: ModelDims, make_block: Callable[[], nn.Module],
+                 share_blocks: bool = False, checkpointing: bool = False):
+        super().__init__()
+        self.n_layers, self.share_blocks, self.checkpointing = (
+            dims.n_layers, share_blocks, checkpointing)
+        self.blocks = nn.ModuleList(make_block() for _ in range(1 if share_blocks else dims.n_layers))
+
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
+        recompute = self.checkpointing and self.training and torch.is_grad_enabled()
+        for i in range(self.n_layers):
+            ctx.layer = 0 if self.share_blocks else i
+            block = self.blocks[ctx.layer]
+            x = checkpoint(block, x, ctx, use_reentrant=False) if recompute else block(x, ctx)
+        return x
