@@ -89,10 +89,18 @@ def test_residual_attention_stays_causal_and_finite_on_padding():
     assert torch.isfinite(block(torch.randn(1, 16, 32), ctx)).all()
 
 
-@pytest.mark.parametrize("attention", ["local", "performer", "multi_query", "fnet"])
+@pytest.mark.parametrize("attention", ["local", "performer", "persistent_memory", "fnet"])
 def test_residual_attention_needs_a_kernel_that_forms_logits(attention):
-    with pytest.raises(ConfigError, match=f"attention={attention}.*residual_attention=false"):
+    with pytest.raises(ConfigError, match="model.residual_attention=true needs every attention "
+                                          f"logit.*which attention={attention} does not provide"):
         _model("model.residual_attention=true", f"attention={attention}")
+
+
+def test_residual_attention_shares_key_value_heads_for_multi_query():
+    model = _model("model.residual_attention=true", "attention=multi_query")
+    assert isinstance(model.blocks[0].attention, ResidualAttention)
+    assert model.blocks[0].attention.n_kv_heads == 1
+    assert torch.isfinite(model(torch.randint(0, 64, (1, 16)))).all()
 
 
 def test_checkpointing_gives_the_same_gradients_with_less_activation_memory():

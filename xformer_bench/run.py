@@ -35,6 +35,19 @@ def _build_task(config: dict[str, Any], datamodule):
     return TASK.get(datamodule.task)(config, datamodule)
 
 
+def _stream_if_remembered(config: dict[str, Any], datamodule, model) -> None:
+    """A stack that carries memory from batch to batch (``streams``) needs each batch row to
+    continue the previous batch's: have the data stream its splits."""
+    stack = getattr(model, "stack", None)
+    if not getattr(stack, "streams", False):
+        return
+    if not hasattr(datamodule, "use_streams"):
+        raise ConfigError(f"stack={config['stack']['name']} carries memory across batches, "
+                          f"which needs streamed data; data={config['data']['name']} cannot "
+                          "stream: choose another stack or data")
+    datamodule.use_streams(memory=stack.eval_mem_len)
+
+
 def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> None:
     import lightning as L
 
@@ -47,6 +60,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = _build_datamodule(config)
     task = _build_task(config, datamodule)
+    _stream_if_remembered(config, datamodule, task.model)
     record.update(records.task_fields(datamodule.task, task.metrics, task.unit))
     if hasattr(datamodule, "eval_protocol"):
         record["eval_protocol"] = datamodule.eval_protocol()

@@ -37,11 +37,13 @@ CAPABILITIES = {
     "longer_keys": "more keys than queries (memory, cross-attention)",
     "key_padding_mask": "a key padding mask",
     "variable_length": "inputs of any length",
+    "dense_logits": "every attention logit as one tensor (RealFormer adds them layer to layer)",
 }
 """What a token mixer may declare it supports, and the words an error uses for it."""
 
-EXACT_ATTENTION = frozenset(CAPABILITIES) - {"queries_and_keys"}
-"""What a kernel that computes every (query, key) pair supports: everything."""
+EXACT_ATTENTION = frozenset(CAPABILITIES) - {"queries_and_keys", "dense_logits"}
+"""What a kernel that computes every (query, key) pair supports: everything but handing its
+logits over (only ``full`` does, through ``model.residual_attention``'s explicit form)."""
 
 
 class AttentionKernel(nn.Module):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention import EXACT_ATTENTION, AttentionKernel
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
@@ -19,6 +19,8 @@ def causal_mask(t_query: int, t_key: int, device: torch.device) -> torch.Tensor:
 
 @ATTENTION.register("full")
 class FullAttention(AttentionKernel):
+    provides = EXACT_ATTENTION | {"dense_logits"}
+
     def __init__(self, dims: ModelDims, dropout: float = 0.0):
         super().__init__()
         self.dropout = dropout

@@ -8,6 +8,13 @@ default in non-overlapping windows, each byte from the preceding bytes of its ow
 2019; Dai et al. 2019), windows of ``seq_len`` start every S bytes and each scores only its last
 S targets (the first window all of its own), so every scored byte but those of the first window
 has at least ``seq_len - S`` bytes of context -- at ``seq_len / S`` times the cost.
+
+Streams (``use_streams``, for a model that carries memory from one batch to the next:
+Transformer-XL's segment recurrence, Dai et al. 2019) replace both.  Training cuts the split
+into ``batch_size`` contiguous lanes and step ``i`` gives each row the next segment of its lane
+(:class:`StreamWindows`), so consecutive steps continue each row's text; evaluation walks the
+split as ``eval_batch_size`` contiguous lanes, window after window (:class:`StreamEvalWindows`),
+still scoring every byte but the first exactly once.
 """
 
 from __future__ import annotations
@@ -77,6 +84,72 @@ class EvalWindows(Dataset):
         return inputs, targets
 
 
+def _lane_starts(lane_len: int, batch_size: int, shard: int) -> np.ndarray:
+    """First byte of the ``batch_size`` lanes of shard ``shard`` (lanes of ``lane_len`` bytes,
+    shard r holding lanes r B .. r B + B - 1): (B,)."""
+    return (shard * batch_size + np.arange(batch_size)) * lane_len
+
+
+class StreamWindows(Dataset):
+    """Item ``i`` is the batch of training step ``i`` as contiguous streams: the split is cut
+    into ``batch_size`` lanes (``n_shards`` times as many, each shard taking its own) of K whole
+    segments of ``seq_len``, and row b of step i is segment ``(i + phase) mod K`` of lane b --
+    the text right after row b's segment of step i - 1.  ``phase`` and a shift of every lane
+    within its slack depend on ``seed``; item i depends only on ``(seed, i)``, so a resumed run
+    sees the batches an uninterrupted one would.  After K steps each lane starts over (the
+    memory then holds the lane's end: one seam per pass)."""
+
+    def __init__(self, data: np.ndarray, seq_len: int, batch_size: int, seed: int, steps: int,
+                 shard: int = 0, n_shards: int = 1):
+        lane_len = max(len(data) - 1, 0) // (batch_size * n_shards)  # targets per lane
+        self.segments = lane_len // seq_len  # K
+        if self.segments < 1:
+            raise ConfigError(f"the training split's {len(data)} bytes do not make "
+                              f"{batch_size * n_shards} streams of data.seq_len={seq_len}: lower "
+                              "data.batch_size or data.seq_len")
+        self.data, self.seq_len, self.steps = data, seq_len, steps
+        rng = np.random.default_rng([seed, 1])
+        self.phase = int(rng.integers(0, self.segments))
+        shift = rng.integers(0, lane_len - self.segments * seq_len + 1)
+        self.starts = _lane_starts(lane_len, batch_size, shard) + shift  # (B,)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __getitem__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        segment = (step + self.phase) % self.segments
+        pos = self.starts[:, None] + segment * self.seq_len + np.arange(self.seq_len + 1)  # (B, T+1)
+        window = torch.from_numpy(self.data[pos].astype(np.int64))
+        return window[:, :-1], window[:, 1:]
+
+
+class StreamEvalWindows(Dataset):
+    """Item ``j`` is window ``j`` of each of ``batch_size`` contiguous lanes of the split (lane
+    b of shard r is the ``r B + b``-th of ``B n_shards`` equal lanes), so a model with memory
+    sees each lane's text in order.  Every target is scored exactly once, in its own lane; the
+    ragged ends are ``IGNORE_INDEX``.  Every batch has ``batch_size`` rows (the memory keeps)."""
+
+    def __init__(self, data: np.ndarray, seq_len: int, batch_size: int, shard: int = 0,
+                 n_shards: int = 1):
+        self.data, self.seq_len = data, seq_len
+        self.n_targets = max(len(data) - 1, 0)
+        lane_len = math.ceil(self.n_targets / (batch_size * n_shards))
+        self.starts = _lane_starts(lane_len, batch_size, shard)  # (B,)
+        self.ends = np.minimum(self.starts + lane_len, self.n_targets)  # (B,) past the last target
+        self.n_windows = math.ceil(lane_len / seq_len)
+
+    def __len__(self) -> int:
+        return self.n_windows
+
+    def __getitem__(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = self.starts[:, None] + j * self.seq_len + np.arange(self.seq_len + 1)  # (B, T+1)
+        scored = pos[:, :-1] < self.ends[:, None]  # (B, T): input byte p predicts byte p + 1
+        window = torch.from_numpy(self.data[np.minimum(pos, self.n_targets)].astype(np.int64))
+        inputs, targets = window[:, :-1], window[:, 1:].clone()
+        targets[~torch.from_numpy(scored)] = IGNORE_INDEX
+        return inputs, targets
+
+
 class ByteLMDataModule(L.LightningDataModule):
     task = "lm"        # trained and scored by tasks/lm.py
     unit = "bytes"     # what evaluation counts: the metric is bits per byte
@@ -90,6 +163,16 @@ class ByteLMDataModule(L.LightningDataModule):
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers = num_workers
         self.eval_stride: int | None = None
+        self.stream_memory: int | None = None  # set by use_streams: the model's memory length
+
+    def use_streams(self, memory: int) -> None:
+        """Train and evaluate in contiguous streams per batch row, for a model that carries
+        ``memory`` states of each row from one batch to the next (``stack=recurrent``)."""
+        if self.eval_stride is not None:
+            raise ConfigError(f"eval.stride={self.eval_stride} slides overlapping windows, but a "
+                              "model with memory (stack=recurrent) evaluates each split as "
+                              "streams: remove eval.stride")
+        self.stream_memory = memory
 
     def evaluate_with_stride(self, stride: int | None) -> None:
         """``eval.stride``: score only the last ``stride`` bytes of each evaluation window."""
@@ -100,6 +183,9 @@ class ByteLMDataModule(L.LightningDataModule):
 
     def eval_protocol(self) -> dict[str, object]:
         """How evaluation windows were scored, for the record."""
+        if self.stream_memory is not None:
+            return {"windows": "streams", "seq_len": self.seq_len, "stride": self.seq_len,
+                    "min_context": 0, "lanes": self.eval_batch_size, "memory": self.stream_memory}
         stride = self.eval_stride or self.seq_len
         return {"windows": "sliding" if stride < self.seq_len else "non-overlapping",
                 "seq_len": self.seq_len, "stride": stride,
@@ -118,17 +204,25 @@ class ByteLMDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
-        rank, _ = self._rank()
+        rank, world = self._rank()
         total = trainer.max_steps * trainer.accumulate_grad_batches if trainer else 1 << 30
         start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
-        dataset = RandomWindows(self.splits["train"], self.seq_len, self.batch_size,
-                                seed=self.seed * 1000 + rank, steps=total)
+        if self.stream_memory is not None:
+            dataset = StreamWindows(self.splits["train"], self.seq_len, self.batch_size,
+                                    seed=self.seed, steps=total, shard=rank, n_shards=world)
+        else:
+            dataset = RandomWindows(self.splits["train"], self.seq_len, self.batch_size,
+                                    seed=self.seed * 1000 + rank, steps=total)
         return self._loader(dataset, sampler=range(start, total))
 
     def _eval_loader(self, split: str) -> DataLoader:
         rank, world = self._rank()
-        return self._loader(EvalWindows(self.splits[split], self.seq_len, self.eval_batch_size,
-                                        shard=rank, n_shards=world, stride=self.eval_stride))
+        data, size = self.splits[split], self.eval_batch_size
+        if self.stream_memory is not None:
+            return self._loader(StreamEvalWindows(data, self.seq_len, size, shard=rank,
+                                                  n_shards=world))
+        return self._loader(EvalWindows(data, self.seq_len, size, shard=rank, n_shards=world,
+                                        stride=self.eval_stride))
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val")

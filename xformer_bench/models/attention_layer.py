@@ -5,11 +5,16 @@ pluggable :class:`~xformer_bench.attention.AttentionKernel`.
 query heads: multi-query attention at 1 (Shazeer 2019), grouped-query attention between
 (Ainslie et al. 2023).  The projections stay one fused matrix, queries first, then keys, then
 values; the kernel sees every query head with its key/value head.
+
+With memory (``ctx.attention_memory``, (B, M, D): Transformer-XL's previous segment, already
+normalised) keys and values are projected from ``[memory; x]`` and queries from ``x`` alone:
+S = M + T keys, the queries the last T of them (the kernels' and positions' convention).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel, TokenMixer
@@ -38,6 +43,15 @@ class MultiHeadAttention(TokenMixer):
         q, k, v = self.qkv(x).split([h * self.head_dim for h in heads], dim=-1)  # (B, T, h*Dh)
         return tuple(y.view(b, t, h, self.head_dim).transpose(1, 2) for y, h in zip((q, k, v), heads))
 
+    def project_keys_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values (B, H_kv, M, Dh) of ``memory`` (B, M, D): no queries computed."""
+        b, m, _ = memory.shape
+        n_query = self.n_heads * self.head_dim
+        bias = None if self.qkv.bias is None else self.qkv.bias[n_query:]
+        kv = F.linear(memory, self.qkv.weight[n_query:], bias)  # (B, M, 2 H_kv Dh)
+        k, v = kv.view(b, m, 2 * self.n_kv_heads, self.head_dim).transpose(1, 2).chunk(2, dim=1)
+        return k, v
+
     def share_kv_heads(self, y: torch.Tensor) -> torch.Tensor:  # (B, H_kv, S, Dh) -> (B, H, S, Dh)
         group = self.n_heads // self.n_kv_heads
         return y if group == 1 else y.repeat_interleave(group, dim=1)
@@ -45,9 +59,14 @@ class MultiHeadAttention(TokenMixer):
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
         b, t, d = x.shape
         q, k, v = self.project(x)
-        q, k = ctx.position.rotate(q, k)
-        k, v = self.share_kv_heads(k), self.share_kv_heads(v)  # (B, H, T, Dh) each
-        bias = ctx.position.bias(t, t, layer=ctx.layer, query=q)  # lazy PairBias or None
+        if ctx.attention_memory is not None:  # keys and values of [memory; x]: (B, H_kv, M + T, Dh)
+            k_memory, v_memory = self.project_keys_values(ctx.attention_memory)
+            k, v = torch.cat([k_memory, k], dim=2), torch.cat([v_memory, v], dim=2)
+        q, k = ctx.position.rotate(q, k)  # queries at key positions S - T .. S - 1
+        k, v = self.share_kv_heads(k), self.share_kv_heads(v)  # (B, H, S, Dh) each
+        s = k.shape[2]
+        keys = {"key": k} if ctx.position.reads_keys else {}
+        bias = ctx.position.bias(t, s, layer=ctx.layer, query=q, **keys)  # lazy PairBias or None
         y = self.kernel(q, k, v, causal=ctx.causal, bias=bias,
                         key_padding_mask=ctx.key_padding_mask, layer=ctx.layer)  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).reshape(b, t, d))

@@ -9,7 +9,8 @@ All three are one forward, ``N_residual(x (+) gate(N_output(f(N_input(x)))))``, 
 in the slots a placement leaves empty.  The norm may supply the ``gate`` (ReZero, Fixup) and a
 re-initialisation of the branch (Fixup); see :mod:`xformer_bench.norm`.  ``(+)`` is the
 residual join, ``x + y`` unless ``model.residual`` says otherwise (GTrXL's GRU gate; see
-:mod:`xformer_bench.models.residual`).
+:mod:`xformer_bench.models.residual`).  Under ``stack=recurrent`` (Transformer-XL) the attention
+sublayer also attends over the previous segment's states of its layer (``ctx.memory``).
 """
 
 from __future__ import annotations
@@ -76,9 +77,25 @@ class Block(nn.Module):
             init_residual_branch(self.norm_of(sublayer), getattr(self, sublayer),
                                  n_branches=n_branches, depth=BRANCH_DEPTH[sublayer])
 
+    def _sublayer(self, sublayer: str, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """``f(N_input(x))``.  With memory (``ctx.memory``, Transformer-XL) the attention attends
+        over ``[memory; x]``: the memory goes through the same input norm as ``x`` (one call on
+        both, so a norm of batch statistics sees what the attention sees) and reaches the
+        attention as ``ctx.attention_memory`` for this call only."""
+        norm_input, layer = self.norms[sublayer]["input"], getattr(self, sublayer)
+        if sublayer != "attention" or ctx.memory is None:
+            return layer(norm_input(x), ctx)
+        m, t = ctx.memory.shape[1], x.shape[1]
+        normed = norm_input(torch.cat([ctx.memory, x], dim=1))  # (B, M + T, D)
+        ctx.attention_memory, x = normed.split([m, t], dim=1)  # (B, M, D), (B, T, D)
+        try:
+            return layer(x, ctx)
+        finally:
+            ctx.attention_memory = None
+
     def _residual(self, sublayer: str, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         norm = self.norms[sublayer]
-        h = norm["output"](getattr(self, sublayer)(norm["input"](x), ctx))  # (B, T, D)
+        h = norm["output"](self._sublayer(sublayer, x, ctx))  # (B, T, D)
         y = self.gates[sublayer](self.dropout(h))  # (B, T, D)
         return norm["residual"](self.joins[sublayer](x, y))  # (B, T, D)
 

@@ -3,9 +3,9 @@ encoder output, padding mask, previous logits ...) is a new field here, not a ne
 ``Block.forward`` and of every layer.
 
 Fields are added by the mechanism that needs them, with a default that means "absent"; each
-layer reads only the fields it uses.  The assembly sets ``layer`` before each block.  Still to
-come with their mechanisms: per-layer memory (Transformer-XL, compressive), the encoder output
-(cross-attention).
+layer reads only the fields it uses.  The assembly sets ``layer`` before each block.  Per-layer
+memory (Transformer-XL, ``stack=recurrent``) is ``memory`` / ``attention_memory``.  Still to
+come with its mechanism: the encoder output (cross-attention).
 """
 
 from __future__ import annotations
@@ -31,6 +31,14 @@ class ForwardContext:
     previous_logits: torch.Tensor | None = None
     """(B, H, T, S): the attention logits of the previous layer, which RealFormer's next layer
     adds to its own (``model.residual_attention``); None before the first layer or when off."""
+    memory: torch.Tensor | None = None
+    """(B, M, D): the previous segment's input states of the block being applied (Transformer-XL's
+    memory, detached), set by the stack before each block application (one memory per
+    application, so a shared block applied n times has n); None: no memory."""
+    attention_memory: torch.Tensor | None = None
+    """(B, M, D): ``memory`` as the attention sublayer sees it -- through the block's attention
+    input norm, like ``x`` -- set by the block around its attention sublayer only.  An attention
+    layer prepends it to the sequence its keys and values come from (queries: ``x`` alone)."""
     aux_losses: list[torch.Tensor] = field(default_factory=list)
     """Scalar losses layers add in training (e.g. expert load balancing), one per application:
     a block applied several times (``model.share_blocks``) adds one each time."""

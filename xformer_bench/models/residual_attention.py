@@ -28,26 +28,29 @@ from xformer_bench.models.dims import ModelDims
 
 
 class ResidualAttention(MultiHeadAttention):
-    def __init__(self, dims: ModelDims, kernel: FullAttention):
-        super().__init__(dims, kernel)
+    def __init__(self, dims: ModelDims, kernel: FullAttention, n_kv_heads: int | None = None):
+        super().__init__(dims, kernel, n_kv_heads)
         self.scale = self.head_dim ** -0.5
+        self.provides = self.provides - {"longer_keys"}  # logits over the segment's own keys
 
     @classmethod
     def replacing(cls, mixer: object, dims: ModelDims, attention_name: str) -> ResidualAttention:
-        """The residual-attention form of the token mixer ``attention=...`` built."""
-        if not (isinstance(mixer, MultiHeadAttention) and type(mixer.kernel) is FullAttention
-                and mixer.n_kv_heads == mixer.n_heads):
+        """The residual-attention form of the token mixer ``attention=...`` built (the model's
+        capability check has refused, in words, a mixer that forms no logits)."""
+        if not (isinstance(mixer, MultiHeadAttention) and type(mixer.kernel) is FullAttention):
             raise ConfigError(f"model.residual_attention=true (RealFormer) adds each layer's "
                               f"attention logits to the next's, which attention={attention_name} "
                               "does not form; use attention=full or residual_attention=false")
-        return cls(dims, mixer.kernel)
+        return cls(dims, mixer.kernel, mixer.n_kv_heads)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
         b, t, d = x.shape
         q, k, v = self.project(x)  # (B, H, T, Dh) each
         q, k = ctx.position.rotate(q, k)
+        k, v = self.share_kv_heads(k), self.share_kv_heads(v)  # (B, H, T, Dh) each
         logits = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, H, T, T)
-        bias = ctx.position.bias(t, t, layer=ctx.layer, query=q)
+        keys = {"key": k} if ctx.position.reads_keys else {}  # Transformer-XL's u . k term
+        bias = ctx.position.bias(t, t, layer=ctx.layer, query=q, **keys)
         if bias is not None:
             logits = logits + bias.dense()
         if ctx.previous_logits is not None:

@@ -23,15 +23,39 @@ from xformer_bench.registry import FFN, NORM, POSITION, STACK
 
 
 def lm_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, object],
-             share_blocks: bool) -> list[Part]:
+             share_blocks: bool, residual_attention: bool = False) -> list[Part]:
     """The parts of a decoder-only LM whose declared capabilities must agree: the assembly
-    (it needs causal attention; it gives every depth its own block unless shared) and the
-    built module of each group in ``modules``, named by its option in ``specs``."""
-    assembly = Part("model", "model.share_blocks=true" if share_blocks else "a decoder-only LM",
-                    provides=frozenset() if share_blocks else frozenset({"unshared_blocks"}),
+    (it needs causal attention; it gives every depth its own block unless the blocks are shared,
+    by ``model.share_blocks`` or by a stack that shares them), RealFormer's need of logits
+    (``model.residual_attention``), and the module of each group in ``modules`` (a stack may be
+    given as its registered class: its declarations are class attributes), named by its option
+    in ``specs``."""
+    stack = modules.get("stack")
+    shared_by = ("model.share_blocks=true" if share_blocks
+                 else f"stack={specs['stack']['name']}"
+                 if getattr(stack, "shares_blocks", False) else None)
+    assembly = Part("model", shared_by or "a decoder-only LM",
+                    provides=frozenset() if shared_by else frozenset({"unshared_blocks"}),
                     requires={"attention": frozenset({"causal"})})
-    return [assembly, *(Part(group, f"{group}={specs[group]['name']}", module)
-                        for group, module in modules.items())]
+    logits = [Part("model", "model.residual_attention=true",
+                   requires={"attention": frozenset({"dense_logits"})})] if residual_attention else []
+    def choice(group: str) -> str:
+        named = f"{group}={specs[group]['name']}"
+        realformer = isinstance(modules[group], ResidualAttention)
+        return f"{named} (model.residual_attention=true)" if realformer else named
+
+    return [*logits, assembly, *(Part(group, choice(group), module)
+                                 for group, module in modules.items())]
+
+
+def build_lm_mixer(attention: Mapping[str, Any], dims: ModelDims,
+                   residual_attention: bool) -> nn.Module:
+    """The token mixer of ``attention``, in RealFormer's form with ``residual_attention`` where
+    the mixer has the logits (where not, the capability check says so in words)."""
+    mixer = build_token_mixer(attention, dims)
+    if residual_attention and "dense_logits" in getattr(mixer, "provides", ()):
+        return ResidualAttention.replacing(mixer, dims, attention["name"])
+    return mixer
 
 
 class TransformerLM(nn.Module):
@@ -66,13 +90,8 @@ class TransformerLM(nn.Module):
                               "turn one of them off")
         make_residual = residual_factory(residual, dims.d_model)
 
-        def make_mixer() -> nn.Module:
-            mixer = build_token_mixer(attention, dims)
-            return (ResidualAttention.replacing(mixer, dims, attention["name"])
-                    if residual_attention else mixer)
-
         make_block = lambda: Block(  # noqa: E731
-            make_mixer(),
+            build_lm_mixer(attention, dims, residual_attention),
             FFN.build(ffn, dims=dims, activation=activation),
             make_norm,
             placement=norm_placement,
@@ -88,7 +107,7 @@ class TransformerLM(nn.Module):
              "stack": stack},
             {"attention": first.attention, "position": self.position,
              "norm": first.norm_of("attention"), "ffn": first.feedforward, "stack": self.stack},
-            share_blocks))
+            share_blocks, residual_attention))
         # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
@@ -104,6 +123,11 @@ class TransformerLM(nn.Module):
         x = self.stack(x, ctx)
         self._auxiliary_loss = ctx.auxiliary_loss()
         return self.head(self.final_norm(x))
+
+    def reset_memory(self, training: bool | None = None) -> None:
+        """Forget past segments (``stack=recurrent``'s memory; see its ``reset_memory``)."""
+        if hasattr(self.stack, "reset_memory"):
+            self.stack.reset_memory(training)
 
     @property
     def blocks(self) -> nn.ModuleList:

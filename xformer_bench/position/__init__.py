@@ -3,7 +3,8 @@
 
 * ``embed``  -- added to the token embeddings (sinusoidal, learned);
 * ``bias``   -- an additive attention bias, added to the scaled logits ``q k^T / sqrt(Dh)``
-  (relative, t5, alibi); it may depend on the queries (Shaw et al.'s relative keys).  It is
+  (relative, t5, alibi); it may depend on the queries (Shaw et al.'s relative keys) and, for a
+  scheme that says so in ``reads_keys``, on the keys (Transformer-XL's ``u . k_j``).  It is
   *lazy*: a :class:`PairBias`, a function of (query, key) index pairs that a kernel evaluates
   on the pairs it computes (``bias.at(i, j)``), or densely when it computes all of them
   (``bias.dense()``) -- so a sparse kernel never needs a T x T tensor;
@@ -61,6 +62,9 @@ class PairBias:
 class Position(nn.Module):
     requires: Mapping[str, frozenset[str]] = {}
     """Capabilities this scheme needs of other parts, by group (``{"attention": {...}}``)."""
+    reads_keys: bool = False
+    """Whether ``bias`` reads the keys' content (``key=``): attention layers pass the keys only
+    to such schemes, so the schemes that ignore them need not take the argument."""
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
         return x
@@ -71,6 +75,7 @@ class Position(nn.Module):
         t_key: int,
         layer: int = 0,
         query: torch.Tensor | None = None,  # (B, H, Tq, Dh), for content-dependent biases
+        key: torch.Tensor | None = None,  # (B, H, Tk, Dh), passed only if ``reads_keys``
     ) -> PairBias | None:
         """Additive attention bias of layer ``layer`` over ``t_query`` queries and ``t_key``
         keys, or None."""

@@ -18,9 +18,11 @@ built, one ``ConfigError`` line.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from xformer_bench.models.context import ForwardContext
 
@@ -30,6 +32,9 @@ class Stack(nn.Module):
     requires: Mapping[str, frozenset[str]] = {}
     blocks: nn.ModuleList
     """The blocks with parameters of their own, each once (a shared block is one entry)."""
+    shares_blocks: bool = False
+    """True: one block serves several depths whatever ``model.share_blocks`` says (the Universal
+    Transformer), so parts keeping per-layer statistics are refused."""
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
         raise NotImplementedError
@@ -37,3 +42,32 @@ class Stack(nn.Module):
     def report(self) -> dict[str, float]:
         """Learned or measured quantities for the run record (e.g. mean ponder steps)."""
         return {}
+
+
+def _apply(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: int,
+           fields: dict[str, Any]) -> torch.Tensor:
+    ctx.layer = layer
+    for name, value in fields.items():
+        setattr(ctx, name, value)
+    try:
+        return block(x, ctx)  # (B, T, D)
+    finally:
+        for name in fields:
+            setattr(ctx, name, None)
+
+
+def apply_block(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: int, *,
+                recompute: bool = False, **fields: Any) -> torch.Tensor:
+    """``block(x, ctx)`` as the application at parameter layer ``layer``, with the context
+    ``fields`` set for it (e.g. ``memory=``) and cleared after.  With ``recompute`` the block is
+    checkpointed (Chen et al. 2016): the layer index and fields are arguments, so the backward
+    pass recomputes it with the same ones, not with whatever ``ctx`` holds by then."""
+    if recompute:
+        return checkpoint(_apply, block, x, ctx, layer, fields, use_reentrant=False)
+    return _apply(block, x, ctx, layer, fields)
+
+
+def recomputes(stack: nn.Module) -> bool:
+    """Whether this forward checkpoints its blocks: ``model.checkpointing`` while training."""
+    return bool(getattr(stack, "checkpointing", False)) and stack.training \
+        and torch.is_grad_enabled()

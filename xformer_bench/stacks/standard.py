@@ -9,12 +9,11 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import STACK
-from xformer_bench.stacks import Stack
+from xformer_bench.stacks import Stack, apply_block, recomputes
 
 
 @STACK.register("standard")
@@ -27,9 +26,8 @@ class StandardStack(Stack):
         self.blocks = nn.ModuleList(make_block() for _ in range(1 if share_blocks else dims.n_layers))
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
-        recompute = self.checkpointing and self.training and torch.is_grad_enabled()
+        recompute = recomputes(self)
         for i in range(self.n_layers):
-            ctx.layer = 0 if self.share_blocks else i
-            block = self.blocks[ctx.layer]
-            x = checkpoint(block, x, ctx, use_reentrant=False) if recompute else block(x, ctx)
+            layer = 0 if self.share_blocks else i
+            x = apply_block(self.blocks[layer], x, ctx, layer, recompute=recompute)
         return x

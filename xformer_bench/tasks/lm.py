@@ -4,6 +4,8 @@ Loss is the mean next-unit cross-entropy in nats; the metric is that mean over t
 units divided by ln 2, named by the data's unit (:data:`~xformer_bench.metric_spec.BITS_PER`: ``bpb`` for bytes,
 ``bits_per_dim`` for image dimensions).  Validation and test accumulate the summed nats and the
 unit count over the whole split (across ranks) before dividing, so padding never dilutes them.
+A model with memory across batches (``stack=recurrent``) forgets it when training starts and
+when each validation / test epoch starts, so every evaluation stream starts clean.
 """
 
 from __future__ import annotations
@@ -78,6 +80,19 @@ class LanguageModelTask(L.LightningModule):
         self.log(f"{split}/loss", nats / n, prog_bar=split == "val", sync_dist=False)
         self.log(self.bits.key(split), bits_per_unit(nats, n), prog_bar=split == "val",
                  sync_dist=False)
+
+    def _reset_memory(self, training: bool | None) -> None:
+        if hasattr(self.model, "reset_memory"):
+            self.model.reset_memory(training)
+
+    def on_train_start(self) -> None:
+        self._reset_memory(None)
+
+    def on_validation_epoch_start(self) -> None:
+        self._reset_memory(False)  # the training streams' memory stays for the next step
+
+    def on_test_epoch_start(self) -> None:
+        self._reset_memory(False)
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._eval_step(batch)
