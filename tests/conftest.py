@@ -68,8 +68,7 @@ def declared_refusals(config: dict) -> list[str]:
         "ffn": FFN.build(config["ffn"], dims=dims, activation=config["activation"]),
         "stack": STACK.get(config["stack"]["name"]),  # a stack's needs are class attributes
     }
-    return unmet(lm_parts(config, modules, share_blocks=m["share_blocks"],
-                          residual_attention=m["residual_attention"]))
+    return unmet(lm_parts(config, modules, m))
 
 
 def compile_latex(folder: Path, inputs: list[str]) -> subprocess.CompletedProcess:

@@ -57,8 +57,9 @@ def test_stage_sizes_and_refusals():
     assert _model().stack.sizes == (1, 2, 1)
     with pytest.raises(ConfigError, match=r"stack.layers=\[1, 1, 1\] sums to 3, model.n_layers=4"):
         _model("stack.layers=[1,1,1]")
-    with pytest.raises(ConfigError, match="model.share_blocks=false"):
-        _model("model.share_blocks=true")
+    assert len(_model("model.share_blocks=true").stack.blocks) == 1
+    with pytest.raises(ConfigError, match="model.residual_attention=true needs blocks applied"):
+        _model("model.residual_attention=true")
 
 
 def test_a_funnel_model_trains(tmp_path):

@@ -139,7 +139,7 @@ def test_output_is_the_weighted_sum_of_step_states_and_halted_positions_keep_the
 def test_max_depth_null_is_twice_n_layers_and_the_timestep_signals_differ():
     stack = build().stack
     assert stack.max_depth == 4 and len(stack.blocks) == 1
-    assert stack.provides == frozenset() and stack.shares_blocks
+    assert "unshared_blocks" not in stack.provides and stack.shares_blocks
     assert not torch.allclose(stack.timesteps[1], stack.timesteps[2])
 
 

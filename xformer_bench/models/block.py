@@ -93,11 +93,15 @@ class Block(nn.Module):
         finally:
             ctx.attention_memory = None
 
+    def branch(self, sublayer: str, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """The residual branch alone, ``gate(dropout(N_output(f(N_input(x)))))`` (B, T, D): what
+        the join adds to ``x`` (reversible stacks couple branches themselves)."""
+        h = self.norms[sublayer]["output"](self._sublayer(sublayer, x, ctx))  # (B, T, D)
+        return self.gates[sublayer](self.dropout(h))  # (B, T, D)
+
     def _residual(self, sublayer: str, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        norm = self.norms[sublayer]
-        h = norm["output"](self._sublayer(sublayer, x, ctx))  # (B, T, D)
-        y = self.gates[sublayer](self.dropout(h))  # (B, T, D)
-        return norm["residual"](self.joins[sublayer](x, y))  # (B, T, D)
+        y = self.branch(sublayer, x, ctx)  # (B, T, D)
+        return self.norms[sublayer]["residual"](self.joins[sublayer](x, y))  # (B, T, D)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
         x = self._residual("attention", x, ctx)

@@ -35,6 +35,10 @@ TAGS = {
                        "(Fixup zeroes it)",
     "unshared_blocks": "a block of its own at every depth: model.share_blocks would mix every "
                        "depth into one running statistic",
+    "invertible_blocks": "blocks whose residual is x + branch (not model.norm_placement=post, "
+                         "not model.residual=gru_gate), so a layer can be undone by subtraction",
+    "ordered_blocks": "blocks applied one after another at full length, so each can hand its "
+                      "attention logits to the next",
 }
 """Every tag a part may provide or need, in the words of the error."""
 

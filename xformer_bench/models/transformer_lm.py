@@ -23,22 +23,37 @@ from xformer_bench.registry import FFN, NORM, POSITION, STACK
 
 
 def lm_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, object],
-             share_blocks: bool, residual_attention: bool = False) -> list[Part]:
+             model: Mapping[str, Any]) -> list[Part]:
     """The parts of a decoder-only LM whose declared capabilities must agree: the assembly
-    (it needs causal attention; it gives every depth its own block unless the blocks are shared,
-    by ``model.share_blocks`` or by a stack that shares them), RealFormer's need of logits
+    (it needs causal attention; it gives every depth its own block unless the blocks are
+    shared, by ``model.share_blocks`` or by a stack that shares them; its blocks are
+    invertible unless post-norm or a gated residual), RealFormer's needs
     (``model.residual_attention``), and the module of each group in ``modules`` (a stack may be
     given as its registered class: its declarations are class attributes), named by its option
-    in ``specs``."""
+    in ``specs``.  ``model`` holds the model keys (``share_blocks``, ``residual_attention``,
+    ``norm_placement``, ``residual``)."""
     stack = modules.get("stack")
-    shared_by = ("model.share_blocks=true" if share_blocks
+    shared_by = ("model.share_blocks=true" if model.get("share_blocks")
                  else f"stack={specs['stack']['name']}"
                  if getattr(stack, "shares_blocks", False) else None)
-    assembly = Part("model", shared_by or "a decoder-only LM",
-                    provides=frozenset() if shared_by else frozenset({"unshared_blocks"}),
+    invertible = model.get("norm_placement", "pre") != "post" and \
+        model.get("residual", "add") == "add"
+    if shared_by:
+        name = shared_by
+    elif not invertible:
+        name = ("model.norm_placement=post" if model.get("norm_placement") == "post"
+                else f"model.residual={model.get('residual')}")
+    else:
+        name = "a decoder-only LM"
+    provides = ({"unshared_blocks"} if not shared_by else set()) | \
+        ({"invertible_blocks"} if invertible else set())
+    assembly = Part("model", name, provides=frozenset(provides),
                     requires={"attention": frozenset({"causal"})})
     logits = [Part("model", "model.residual_attention=true",
-                   requires={"attention": frozenset({"dense_logits"})})] if residual_attention else []
+                   requires={"attention": frozenset({"dense_logits"}),
+                             "stack": frozenset({"ordered_blocks"})})
+              ] if model.get("residual_attention") else []
+
     def choice(group: str) -> str:
         named = f"{group}={specs[group]['name']}"
         realformer = isinstance(modules[group], ResidualAttention)
@@ -107,7 +122,8 @@ class TransformerLM(nn.Module):
              "stack": stack},
             {"attention": first.attention, "position": self.position,
              "norm": first.norm_of("attention"), "ffn": first.feedforward, "stack": self.stack},
-            share_blocks, residual_attention))
+            {"share_blocks": share_blocks, "residual_attention": residual_attention,
+             "norm_placement": norm_placement, "residual": residual}))
         # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
         self.final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,

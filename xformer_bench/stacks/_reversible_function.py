@@ -31,6 +31,7 @@ gradients join the branch's in the backward recompute.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,10 +47,13 @@ from xformer_bench.models.context import ForwardContext
 class Branch:
     """One residual branch of the coupling, ``(B, t, D) -> (B, t, D)``, ready to call."""
 
-    fn: Callable[[torch.Tensor], torch.Tensor]  # sets ctx.layer itself
+    fn: Callable[[torch.Tensor, ForwardContext], torch.Tensor]  # sets ctx.layer itself
     owner: nn.Module  # the block: whose state a recompute replays
     params: tuple[int, ...]  # indices into the Function's parameters that fn may use
     chunks: int = 1  # pieces along T, computed one after another (position-wise branches only)
+
+
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))  # hooks, flags, training: not layer state
 
 
 class ModuleState:
@@ -57,7 +61,8 @@ class ModuleState:
 
     def __init__(self, owner: nn.Module):
         self.entries = [
-            (m, {k: v for k, v in vars(m).items() if type(v) in (int, float, bool)},
+            (m, {k: v for k, v in vars(m).items()
+                 if type(v) in (int, float, bool) and k not in _MODULE_INTERNALS},
              {k: b.detach().clone() for k, b in m.named_buffers(recurse=False) if b is not None})
             for m in owner.modules()]
 
@@ -109,12 +114,12 @@ def apply_branch(branch: Branch, x: torch.Tensor, ctx: ForwardContext
     """``branch(x)`` chunk by chunk along T, and the auxiliary loss it added (or None)."""
     outer, ctx.aux_losses = ctx.aux_losses, []
     try:
-        pieces = [branch.fn(piece) for piece in x.chunk(branch.chunks, dim=1)]  # (B, t_i, D)
+        pieces = [branch.fn(piece, ctx) for piece in x.chunk(branch.chunks, dim=1)]  # (B, t_i, D)
         losses = ctx.aux_losses
     finally:
         ctx.aux_losses = outer
     aux = torch.stack(losses).sum() / len(pieces) if losses else None
-    return (pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)), aux  # (B, T, D)
+    return _join(pieces), aux  # (B, T, D)
 
 
 def couple(layers: Sequence[tuple[Branch, Branch]], x1: torch.Tensor, x2: torch.Tensor,
@@ -148,7 +153,12 @@ class ReversibleCoupling(torch.autograd.Function):
     def forward(fctx, layers: Sequence[tuple[Branch, Branch]], ctx: ForwardContext,
                 x1: torch.Tensor, x2: torch.Tensor, *params: torch.Tensor):
         replays: list[Replay] = []
-        y1, y2, losses = couple(layers, x1, x2, ctx, replays)  # no graph: Function.forward
+        # A context of its own: the caller's will hold the auxiliary losses this returns, and
+        # a context kept here holding outputs of this node would be a cycle no GC can see.
+        ctx = copy.copy(ctx)
+        ctx.aux_losses = []
+        x1, x2 = x1.detach(), x2.detach()  # (B, T, D) each; no graph is built in here
+        y1, y2, losses = couple(layers, x1, x2, ctx, replays)
         fctx.save_for_backward(y1, y2)
         fctx.layers, fctx.ctx, fctx.params, fctx.replays = layers, ctx, params, replays
         return (y1, y2, *losses)
@@ -179,20 +189,23 @@ def _backprop(branch: Branch, replay: Replay, x: torch.Tensor, grad_out: torch.T
     ctx, params = fctx.ctx, [fctx.params[i] for i in branch.params]
     pieces = x.chunk(branch.chunks, dim=1)
     grad_aux = None if replay.aux is None else grad_losses[replay.aux] / len(pieces)
-    outputs, grads_in = [], []
+    outputs, grads_in = [], []  # per piece: (B, t_i, D)
     outer = ctx.aux_losses
     try:
         with replay.replaying(branch.owner, x.device), torch.enable_grad():
             for piece, grad_piece in zip(pieces, grad_out.chunk(branch.chunks, dim=1)):
                 piece = piece.detach().requires_grad_()  # (B, t_i, D)
                 ctx.aux_losses = []
-                y = branch.fn(piece)  # (B, t_i, D)
-                pairs = [(y, grad_piece)] + [(loss, grad_aux) for loss in ctx.aux_losses
-                                             if grad_aux is not None]
+                # A view as the input: module hooks (FlopCounterMode's tracker) cannot watch a
+                # leaf inside autograd.grad.
+                y = branch.fn(piece.view_as(piece), ctx)  # (B, t_i, D)
+                pairs = [(y, grad_piece)]
+                if grad_aux is not None:
+                    pairs += [(loss, grad_aux) for loss in ctx.aux_losses]
                 pairs = [(o, d) for o, d in pairs if o.requires_grad]
-                got = torch.autograd.grad([o for o, _ in pairs], [piece, *params],
-                                          [d for _, d in pairs], allow_unused=True) if pairs else \
-                    [None] * (1 + len(params))
+                got = (torch.autograd.grad([o for o, _ in pairs], [piece, *params],
+                                           [d for _, d in pairs], allow_unused=True)
+                       if pairs else [None] * (1 + len(params)))
                 outputs.append(y.detach())
                 grads_in.append(torch.zeros_like(piece) if got[0] is None else got[0])
                 for i, grad in zip(branch.params, got[1:]):
@@ -200,4 +213,8 @@ def _backprop(branch: Branch, replay: Replay, x: torch.Tensor, grad_out: torch.T
                         param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
     finally:
         ctx.aux_losses = outer
-    return torch.cat(outputs, dim=1), torch.cat(grads_in, dim=1)  # (B, T, D) each
+    return _join(outputs), _join(grads_in)  # (B, T, D) each
+
+
+def _join(pieces: list[torch.Tensor]) -> torch.Tensor:  # (B, t_i, D) each -> (B, T, D)
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)

@@ -19,7 +19,8 @@ For layer l = 1 .. n_layers and position t, with x_t the layer's input state::
 * Gate weights start at 0 and biases at ``gate_bias_init`` = +3, g = sigmoid(3) ~ 0.95: every
   layer starts open for every token, the model a standard stack at first.
 * ``target_fraction`` 0.5 and ``budget_weight`` 1.0 are choices, not paper values.
-* Blocks are unshared (``provides`` ``unshared_blocks``) unless ``model.share_blocks``; the
+* Blocks are unshared unless ``model.share_blocks`` (the model's check then refuses parts
+  keeping per-layer statistics); the
   gates are per depth either way.
 
 Causal: g_l reads only position t's own state, so the stack is as causal as its blocks.
@@ -46,7 +47,7 @@ from xformer_bench.stacks import Stack, apply_block, recomputes
 
 @STACK.register("conditional")
 class ConditionalStack(Stack):
-    provides = frozenset({"unshared_blocks"})
+    provides = frozenset({"ordered_blocks"})
 
     def __init__(self, dims: ModelDims, make_block: Callable[[], nn.Module],
                  share_blocks: bool = False, checkpointing: bool = False,
@@ -60,8 +61,6 @@ class ConditionalStack(Stack):
         self.n_layers, self.share_blocks, self.checkpointing = (
             dims.n_layers, share_blocks, checkpointing)
         self.target_fraction, self.budget_weight = target_fraction, budget_weight
-        if share_blocks:
-            self.provides = frozenset()
         self.blocks = nn.ModuleList(
             make_block() for _ in range(1 if share_blocks else dims.n_layers))
         self.gate_weight = nn.Parameter(torch.zeros(dims.n_layers, dims.d_model))  # (L, D)

@@ -26,9 +26,10 @@ cut back.  Bidirectional use pools without the shift, as Funnel does.
 Simplifications: Funnel's "pool-query-only" first attention of a stage (queries pooled, keys and
 values not) and its relative-position details are not reproduced -- pooling happens between
 blocks; the short blocks see positions through ``ctx.position`` at their own length (relative
-schemes then measure distance in groups of k).  Blocks are not shared (``model.share_blocks``
-is refused); options whose weights are sized by ``data.seq_len`` (gMLP, mixer, synthesizer)
-fail on the short stage with their own length error.
+schemes then measure distance in groups of k).  ``model.share_blocks`` applies one block at
+every stage, ``model.checkpointing`` recomputes each; options whose weights are sized by
+``data.seq_len`` (gMLP, mixer, synthesizer) fail on the short stage with their own length
+error.  Not ``ordered_blocks``: RealFormer's logits cannot pass between lengths.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from xformer_bench.errors import ConfigError
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import STACK
-from xformer_bench.stacks import Stack
+from xformer_bench.stacks import Stack, apply_block, recomputes
 
 KINDS = ("mean", "linear")
 
@@ -63,30 +64,27 @@ def _stage_sizes(layers: list[int] | None, n_layers: int) -> tuple[int, int, int
 
 @STACK.register("funnel")
 class FunnelStack(Stack):
-    provides = frozenset({"causal", "bidirectional"})
-
     def __init__(self, dims: ModelDims, make_block: Callable[[], nn.Module],
                  share_blocks: bool = False, checkpointing: bool = False, factor: int = 3,
                  layers: list[int] | None = None, pooling: str = "linear",
                  upsampling: str = "repeat"):
         super().__init__()
-        if share_blocks or checkpointing:
-            key = "model.share_blocks" if share_blocks else "model.checkpointing"
-            raise ConfigError(f"stack=funnel has blocks of its own per stage: set {key}=false")
         if factor < 1 or pooling not in KINDS or upsampling not in ("repeat", "linear"):
             raise ConfigError(f"stack=funnel: factor={factor} must be >= 1, pooling one of "
                               f"{KINDS}, upsampling one of ('repeat', 'linear')")
         self.factor, self.pooling, self.upsampling = factor, pooling, upsampling
         self.sizes = _stage_sizes(layers, dims.n_layers)
-        self.blocks = nn.ModuleList(make_block() for _ in range(dims.n_layers))
+        self.share_blocks, self.checkpointing = share_blocks, checkpointing
+        self.blocks = nn.ModuleList(make_block() for _ in range(1 if share_blocks else dims.n_layers))
         d, k = dims.d_model, factor
         self.pool = nn.Linear(k * d, d) if pooling == "linear" else None  # (k D) -> D
         self.unpool = nn.Linear(d, k * d) if upsampling == "linear" else None  # D -> (k D)
 
     def _run(self, x: torch.Tensor, ctx: ForwardContext, first: int, count: int) -> torch.Tensor:
+        recompute = recomputes(self)
         for i in range(first, first + count):
-            ctx.layer = i
-            x = self.blocks[i](x, ctx)
+            layer = 0 if self.share_blocks else i
+            x = apply_block(self.blocks[layer], x, ctx, layer, recompute=recompute)
         return x
 
     def shorten(self, h: torch.Tensor, causal: bool) -> torch.Tensor:  # (B, T, D) -> (B, T/k, D)

@@ -18,6 +18,8 @@ from xformer_bench.stacks import Stack, apply_block, recomputes
 
 @STACK.register("standard")
 class StandardStack(Stack):
+    provides = frozenset({"ordered_blocks"})
+
     def __init__(self, dims: ModelDims, make_block: Callable[[], nn.Module],
                  share_blocks: bool = False, checkpointing: bool = False):
         super().__init__()

@@ -71,8 +71,9 @@ def timestep_signal(steps: int, d_model: int, base: float = 10000.0) -> torch.Te
 
 @STACK.register("universal")
 class UniversalStack(Stack):
-    provides = frozenset()  # not "unshared_blocks": per-layer running statistics would mix
-    shares_blocks = True  # one block at every depth, whatever model.share_blocks says
+    provides = frozenset({"ordered_blocks"})
+    shares_blocks = True  # one block at every depth, whatever model.share_blocks says: the
+    # model's check then refuses parts keeping per-layer running statistics
 
     def __init__(self, dims: ModelDims, make_block: Callable[[], nn.Module],
                  share_blocks: bool = False, checkpointing: bool = False,
