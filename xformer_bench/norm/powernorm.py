@@ -44,7 +44,8 @@ class PowerNorm(nn.Module):
         if self.training:
             with torch.no_grad():
                 batch_quadratic_mean = u.pow(2).reshape(-1, u.shape[-1]).mean(0)  # (D,)
-                self.running_quadratic_mean.lerp_(batch_quadratic_mean, 1 - self.running_decay)
+                self.running_quadratic_mean.lerp_(
+                    batch_quadratic_mean.to(self.running_quadratic_mean.dtype), 1 - self.running_decay)
         return y.type_as(x) * self.weight + self.bias
 
     def extra_repr(self) -> str:
