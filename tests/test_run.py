@@ -141,3 +141,25 @@ def test_a_run_measures_its_own_peak_memory_not_the_process_high_water_mark():
     rss_now = float(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text())[1]) / 1024
     assert rss_now - 1 <= mib < rss_now + 48  # this run's peak, not the earlier 128 MiB
     del held
+
+
+def test_a_run_records_its_training_step_memory_without_changing_training(tmp_path):
+    """Measured before training on the real model, in eval mode and on its own random numbers:
+    the run's result is the one it would have had (the pinned-results test guards the same)."""
+    from xformer_bench.training.step_memory import training_step_memory
+
+    config = compose_config("model.d_model=32", "model.n_heads=2", "model.n_layers=2",
+                            "model.d_ff=64", "data.seq_len=64")
+    from xformer_bench.models.build import build_model
+
+    model = build_model(config, 256)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    small = training_step_memory(model, 64, 2, 256)
+    large = training_step_memory(model, 64, 8, 256)
+    assert torch.equal(torch.get_rng_state(), rng) and model.training
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert 3.0 < large / small < 4.5  # activations grow with the batch
+    record = run_tiny(tmp_path)
+    assert record["step_memory_mb"] > 0

@@ -158,6 +158,10 @@ def test_row_labels_join_what_varies(found):
     lr[0]["overrides"].append("optim.lr=0.001")
     assert sorted(r.label for r in table_of(lr).rows) == ["Vanilla Transformer", "optim.lr=0.001"]
     assert repeated_seeds(group_variants(lr)) == []
+    # a study's declarations (its sweep list, match request) never make a row of their own
+    narrowed = copy.deepcopy(gelu_only)
+    narrowed[0]["overrides"] += ['sweep.attention="full,local"', "match_params.tolerance=0.05"]
+    assert [r.label for r in table_of(narrowed).rows] == ["Vanilla Transformer"]
 
 
 def test_a_seed_run_twice_in_one_variant_is_warned_about(found):
@@ -189,17 +193,24 @@ def test_active_params_column_appears_only_for_routed_models(found):
     assert active.mean == 500_000
 
 
-def test_peak_memory_column_shows_per_run_peaks_only(found):
-    """A sweep's ``cpu_max_rss`` is the process's peak so far: never shown as a run's memory."""
+def test_memory_columns_show_measured_step_memory_and_gpu_peaks_only(found):
+    """A CPU resident set (the process's libraries, earlier runs' caches) is never shown as a
+    run's memory; a GPU run's own peak is, and so is the step memory every run measures."""
     records = copy.deepcopy(found.of("fixture_positions"))
+    titles = [c.title for c in table_of(records).columns]
+    assert "Peak MiB" not in titles and "Step MiB" not in titles
+    for i, record in enumerate(records):
+        record.update(peak_memory_kind="cpu_peak_rss", peak_memory_mb=900.0 + i)
     assert "Peak MiB" not in [c.title for c in table_of(records).columns]
     for i, record in enumerate(records):
         if record["choices"]["position"] == "learned" and record["status"] == "finished":
-            record.update(peak_memory_kind="cpu_peak_rss", peak_memory_mb=100.0 + 10 * i)
-    learned = [r["peak_memory_mb"] for r in records if r["peak_memory_kind"] == "cpu_peak_rss"]
-    table = table_of(records)
-    assert cells(table, "Learned absolute")["Peak MiB"].mean == pytest.approx(np.mean(learned))
-    assert cells(table, "Sinusoidal")["Peak MiB"].mean is None
+            record.update(peak_memory_kind="cuda_max_allocated", peak_memory_mb=100.0 + 10 * i,
+                          step_memory_mb=12.5)
+    gpu = [r["peak_memory_mb"] for r in records if r["peak_memory_kind"] == "cuda_max_allocated"]
+    table = cells(table_of(records), "Learned absolute")
+    assert table["Peak MiB"].mean == pytest.approx(np.mean(gpu))
+    assert table["Step MiB"].mean == 12.5
+    assert cells(table_of(records), "Sinusoidal")["Peak MiB"].mean is None
 
 
 def test_tasks_side_by_side_take_titles_and_directions_from_their_specs(found):

@@ -52,6 +52,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     import lightning as L
 
     from xformer_bench.models.flops import training_step_flops
+    from xformer_bench.training.step_memory import training_step_memory
     from xformer_bench.training.loggers import build_loggers, close_loggers
     from xformer_bench.training.throughput import Throughput
     from xformer_bench.training.trainer import build_trainer
@@ -76,7 +77,9 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     # Each rank trains on its own batches, each step on accumulate_grad_batches of them.
     flops = flops.scaled(config["trainer"]["accumulate_grad_batches"] * trainer.world_size)
     record.update(flops_per_step=flops.total, flops_analytic=flops.analytic,
-                  flops_uncounted=flops.uncounted)
+                  flops_uncounted=flops.uncounted,
+                  step_memory_mb=training_step_memory(task.model, seq_len, batch_size,
+                                                      datamodule.vocab_size))
     completed = False
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=config["resume"])

@@ -1,7 +1,8 @@
 """Variants -> a :class:`Table` in the shape of Narang et al. (2021) Table 1.
 
 Columns: Params (and Active params when a routed layer makes them differ), Ops (FLOPs per
-step), Step/s, Peak MiB (when runs measured their own peak: see ``PER_RUN_MEMORY``), Early loss, Final loss, one column per test metric the records declare on each
+step), Step/s, Step MiB (the tensors one training step allocates, measured before training),
+Peak MiB (a GPU run's own peak: see ``PER_RUN_MEMORY``), Early loss, Final loss, one column per test metric the records declare on each
 dataset (:mod:`metrics`), Seeds.  Only finished runs are averaged; a variant with none shows
 its status instead.  Params, Ops, Step/s, the losses and Seeds come from the dataset with the
 most runs (ties: by name) -- the pre-training task of the survey.
@@ -103,6 +104,7 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
     datasets = datasets_of(variants)
     metrics = table_metrics(records, datasets)
     per_run_memory = any(r.get("peak_memory_kind") in PER_RUN_MEMORY for r in records)
+    step_memory = any(_finite(r.get("step_memory_mb")) is not None for r in records)
     routed = any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
                  for r in records)
     columns = [
@@ -110,6 +112,7 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
         *([Column("active_params", "Active params", kind="si")] if routed else []),
         Column("ops", "Ops", kind="si"),
         Column("steps_per_sec", "Step/s", digits=2),
+        *([Column("step_memory", "Step MiB", digits=1)] if step_memory else []),
         *([Column("peak_memory", "Peak MiB", digits=0)] if per_run_memory else []),
         Column("early_loss", "Early loss", digits=3, higher_is_better=False),
         Column("final_loss", "Final loss", digits=3, higher_is_better=False),
@@ -129,6 +132,7 @@ def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
         "ops": lambda: configured(runs, "flops_per_step"),
         "steps_per_sec": lambda: measured(runs, lambda r: r.get("steps_per_sec")),
         "peak_memory": lambda: measured(runs, _per_run_memory),
+        "step_memory": lambda: configured(runs, "step_memory_mb"),
         "early_loss": lambda: measured(runs, _loss_at("early")),
         "final_loss": lambda: measured(runs, _loss_at("final")),
         "seeds": lambda: _seeds(runs),

@@ -59,9 +59,11 @@ MEASURED = ("params", "active_params", "flops_per_step", "steps_per_sec", "token
             "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "wall_time_sec")
 """Keys a run fills as it goes; None until measured."""
 
-PER_RUN_MEMORY = ("cuda_max_allocated", "cpu_peak_rss")
-"""``peak_memory_kind`` s that measure one run (tables show only these; ``cpu_max_rss`` is
-the process's peak since it started: in a sweep, the highest run so far)."""
+PER_RUN_MEMORY = ("cuda_max_allocated",)
+"""``peak_memory_kind`` s that tables show as a run's memory.  A CPU resident set, even reset
+per run (``cpu_peak_rss``), carries the interpreter, the data and what earlier runs of a sweep
+left cached; ``cpu_max_rss`` is the process's peak since it started.  On every machine the
+table shows ``step_memory_mb`` instead (:mod:`xformer_bench.training.step_memory`)."""
 
 SHAPES = {"run_id": str, "experiment": str, "choices": dict, "config": dict, "overrides": list,
           "early": (dict, type(None)), "final": (dict, type(None)), "test": (dict, type(None)),

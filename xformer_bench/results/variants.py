@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from xformer_bench.config import PLUMBING_GROUPS, group_order
+from xformer_bench.results.record import IDENTITY_EXCLUDED
 
 # Overrides that never make a different variant: where files go, how it is logged, the seed.
-NEUTRAL_OVERRIDE_ROOTS = ("seed", "experiment", "experiment_name", "paths", "logger", "hydra")
+NEUTRAL_OVERRIDE_ROOTS = ("seed", "experiment", "experiment_name", "hydra", *IDENTITY_EXCLUDED)
+"""Override roots that never make a row of their own: the seed, the study and where files go,
+and whatever the run identity leaves out (a study's sweep list, baseline, match request ...)."""
 
 Key = tuple[tuple[str, str], ...]
 
