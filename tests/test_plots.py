@@ -16,3 +16,20 @@ def test_curves_show_the_primary_metric_not_nats():
            "metrics": [{"name": "bpb", "title": "bpb"}], "primary_metric": "bpb"}
     assert curve_key([run]) == "val/bpb"
     assert curve_key([{**run, "metrics": [], "primary_metric": None}]) == "val/loss"
+
+
+def test_thirty_rows_get_a_legend_beside_the_axes_not_over_the_curves(tmp_path):
+    """The zoo has 27+ rows: the legend goes outside the axes, in columns."""
+    from xformer_bench.results.plots import _figure, _legend
+
+    figure = _figure(width=5.0, rows=30)
+    axes = figure.add_subplot(1, 1, 1)
+    for j in range(30):
+        axes.plot([0, 1], [j, j + 1], label=f"variant {j}", **style(j))
+    _legend(figure, 30)
+    figure.savefig(tmp_path / "curves.png")
+    renderer = figure.canvas.get_renderer()
+    legend = figure.legends[0].get_window_extent(renderer)
+    panel = axes.get_window_extent(renderer)
+    assert legend.x0 >= panel.x1  # entirely right of the curves
+    assert figure.legends[0]._ncols == 2 and len(figure.legends[0].get_texts()) == 30

@@ -55,7 +55,7 @@ def curve_key(runs: list[dict[str, Any]]) -> str | None:
 def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Path]:
     """One panel per dataset: mean curve per variant with a min-max band over seeds."""
     datasets = datasets_of(variants)
-    figure = _figure(width=5.0 * max(1, len(datasets)))
+    figure = _figure(width=5.0 * max(1, len(datasets)), rows=len(variants))
     for i, data in enumerate(datasets):
         axes = figure.add_subplot(1, max(1, len(datasets)), i + 1)
         runs = [r for v in variants for r in v.finished_on(data)]
@@ -67,8 +67,7 @@ def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Pa
                 axes.plot(steps, mean, label=variant.label, markersize=3, **look)
                 axes.fill_between(steps, low, high, color=look["color"], alpha=0.2, linewidth=0)
         axes.set(title=f"{experiment} - {data}", xlabel="step", ylabel=key or "validation")
-        if axes.lines:
-            axes.legend(fontsize="small")
+    _legend(figure, len(variants))
     return _save(figure, base.with_name(base.name + "_curves"))
 
 
@@ -81,7 +80,7 @@ def plot_tradeoff(table: Table, base: Path) -> list[Path]:
     metric_columns = [i for i, c in enumerate(table.columns)
                       if c.higher_is_better is not None and c.key not in ("early_loss", "final_loss")]
     loss = metric_columns[0] if metric_columns else columns.index("final_loss")
-    figure = _figure(width=5.5)
+    figure = _figure(width=5.5, rows=len(table.rows))
     axes = figure.add_subplot(1, 1, 1)
     for j, row in enumerate(table.rows):
         x, y = row.cells[speed], row.cells[loss]
@@ -89,11 +88,14 @@ def plot_tradeoff(table: Table, base: Path) -> list[Path]:
             continue
         look = style(j)
         axes.errorbar(x.mean, y.mean, xerr=x.std or 0.0, yerr=y.std or 0.0, fmt=look["marker"],
-                      color=look["color"], capsize=3)
-        axes.annotate(row.label, (x.mean, y.mean), textcoords="offset points", xytext=(5, 5),
-                      fontsize="small")
+                      color=look["color"], capsize=3, label=row.label)
+        if len(table.rows) <= ANNOTATED_ROWS:
+            axes.annotate(row.label, (x.mean, y.mean), textcoords="offset points",
+                          xytext=(5, 5), fontsize="small")
     axes.set(title=f"{table.experiment}: quality vs speed", xlabel="steps / s",
              ylabel=table.columns[loss].title)
+    if len(table.rows) > ANNOTATED_ROWS:
+        _legend(figure, len(table.rows))
     return _save(figure, base.with_name(base.name + "_tradeoff"))
 
 
@@ -101,11 +103,32 @@ def write_plots(table: Table, variants: list[Variant], base: Path) -> list[Path]
     return plot_curves(table.experiment, variants, base) + plot_tradeoff(table, base)
 
 
-def _figure(width: float):
+ANNOTATED_ROWS = 8
+"""Up to this many rows the trade-off plot writes labels beside the points; beyond, a legend."""
+LEGEND_ROWS_PER_COLUMN = 18
+
+
+def _legend(figure, rows: int) -> None:
+    """One legend for the figure, outside the axes on the right (never over the curves), in
+    as many columns as 30+ rows need."""
+    handles, labels = [], []
+    for axes in figure.axes:
+        for handle, label in zip(*axes.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if handles:
+        figure.legend(handles, labels, loc="outside right upper", fontsize="small",
+                      ncols=1 + (rows - 1) // LEGEND_ROWS_PER_COLUMN)
+
+
+def _figure(width: float, rows: int = 1):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(width, 4.0), layout="constrained")
+    columns = 1 + (max(rows, 1) - 1) // LEGEND_ROWS_PER_COLUMN
+    height = max(4.0, 0.24 * min(rows, LEGEND_ROWS_PER_COLUMN) + 0.8)
+    figure = Figure(figsize=(width + 3.2 * columns, height), layout="constrained")
     FigureCanvasAgg(figure)  # attaches itself: savefig draws with Agg
     return figure
 
