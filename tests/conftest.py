@@ -79,3 +79,40 @@ def compile_latex(folder: Path, inputs: list[str]) -> subprocess.CompletedProces
         f"{body}\n\\end{{document}}\n")
     return subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
                           cwd=folder, capture_output=True, text=True, timeout=60)
+
+
+SMALL_DIMS = ("model.d_model=32", "model.n_heads=2", "model.n_layers=2", "model.d_ff=64",
+              "data.seq_len=16")
+"""A model small enough for unit tests of a whole stack."""
+
+
+def seeded_model(*overrides: str, seed: int = 0, vocab_size: int = 64):
+    """The model ``overrides`` describe, its weights drawn from ``seed``."""
+    from xformer_bench.models.build import build_model
+
+    torch.manual_seed(seed)
+    return build_model(compose_config(*overrides), vocab_size=vocab_size)
+
+
+def seeded_tokens(seed: int = 0, batch: int = 3, length: int = 16, vocab_size: int = 64):
+    """(batch, length) random token ids from their own generator (the global RNG untouched)."""
+    return torch.randint(0, vocab_size, (batch, length),
+                         generator=torch.Generator().manual_seed(seed))
+
+
+def changed_future(model, tokens, from_position: int, other_tokens, state=lambda model: None):
+    """Run ``model`` on ``tokens`` and on a copy whose positions from ``from_position`` on come
+    from ``other_tokens``; assert the earlier outputs equal and the later ones differ (a causal
+    model that reads its input).  Returns ``state(model)`` after each run, for extra checks."""
+    changed = tokens.clone()
+    changed[:, from_position:] = other_tokens[:, from_position:]
+    outputs = []
+    with torch.no_grad():
+        for batch in (tokens, changed):
+            getattr(model, "reset_memory", lambda: None)()  # both runs start without memory
+            outputs.append((model(batch), state(model)))
+    (out_a, state_a), (out_b, state_b) = outputs
+    k = from_position
+    torch.testing.assert_close(out_a[:, :k], out_b[:, :k], atol=1e-5, rtol=0)
+    assert not torch.allclose(out_a[:, k:], out_b[:, k:])
+    return state_a, state_b

@@ -4,28 +4,21 @@ state exactly as it was), the budget loss, the open start, causality, report, re
 
 from __future__ import annotations
 
+from functools import partial
+
 import math
 
 import pytest
 import torch
 
-from conftest import compose_config, run_tiny
+from conftest import changed_future, SMALL_DIMS, seeded_model, seeded_tokens
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.build import build_model
 from xformer_bench.models.context import ForwardContext
 
-SMALL = ("stack=conditional", "model.d_model=32", "model.n_heads=2", "model.n_layers=2",
-         "model.d_ff=64", "data.seq_len=16")
+SMALL = ("stack=conditional", *SMALL_DIMS)
 VOCAB = 64
-
-
-def build(*overrides: str, seed: int = 0):
-    torch.manual_seed(seed)
-    return build_model(compose_config(*SMALL, *overrides), vocab_size=VOCAB)
-
-
-def tokens(seed: int = 0, batch: int = 3, length: int = 16) -> torch.Tensor:
-    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+build = partial(seeded_model, *SMALL, vocab_size=VOCAB)  # build(*overrides, seed=0)
+tokens = partial(seeded_tokens, vocab_size=VOCAB)  # tokens(seed=0, batch=3, length=16)
 
 
 def varied_gates(model) -> None:
@@ -108,17 +101,9 @@ def test_no_position_sees_the_future(train):
     model = build()
     varied_gates(model)
     model.train(train)
-    a, b = tokens(0), tokens(0).clone()
-    k = 9
-    b[:, k:] = tokens(5)[:, k:]
-    with torch.no_grad():
-        out_a = model(a)
-        gates_a = model.stack.last_gates.clone()
-        out_b = model(b)
-        gates_b = model.stack.last_gates.clone()
-    torch.testing.assert_close(out_a[:, :k], out_b[:, :k], atol=1e-5, rtol=0)
-    torch.testing.assert_close(gates_a[:, :, :k], gates_b[:, :, :k])
-    assert not torch.allclose(out_a[:, k:], out_b[:, k:])
+    gates_a, gates_b = changed_future(model, tokens(0), 9, tokens(5),
+                                      lambda m: m.stack.last_gates.clone())
+    torch.testing.assert_close(gates_a[:, :, :9], gates_b[:, :, :9])
 
 
 def test_shared_blocks_apply_one_block_as_layer_zero_with_a_gate_per_depth():
@@ -137,33 +122,3 @@ def test_unshared_blocks_accept_per_layer_statistics_and_shared_ones_refuse_them
     with pytest.raises(ConfigError) as refused:
         build("norm=powernorm", "model.share_blocks=true")
     assert "\n" not in str(refused.value) and "choose another" in str(refused.value)
-
-
-@pytest.mark.parametrize("override,key", [("stack.target_fraction=1.5", "stack.target_fraction"),
-                                          ("stack.budget_weight=-1", "stack.budget_weight")])
-def test_bad_values_are_refused_in_one_line(override, key):
-    with pytest.raises(ConfigError) as refused:
-        build(override)
-    assert str(refused.value).startswith(key) and "\n" not in str(refused.value)
-
-
-def test_checkpointing_recomputes_the_same_loss_and_gradients():
-    losses, grads = [], []
-    for checkpointing in ("false", "true"):
-        model = build(f"model.checkpointing={checkpointing}")
-        varied_gates(model)
-        model.train()
-        loss = -model(tokens()).mean() + model.auxiliary_loss()
-        loss.backward()
-        losses.append(loss.detach())
-        grads.append(model.stack.gate_weight.grad.clone())
-    torch.testing.assert_close(losses[0], losses[1])
-    torch.testing.assert_close(grads[0], grads[1])
-
-
-def test_trains_two_steps_through_the_real_path(tmp_path):
-    record = run_tiny(tmp_path, "stack=conditional", "trainer.max_steps=2")
-    assert record["status"] == "finished"
-    assert record["choices"]["stack"] == "conditional"
-    report = record["model_report"]
-    assert 0.0 <= report["executed_fraction"] <= 1.0 and 0.0 < report["mean_gate"] < 1.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import compose_config, run_tiny
+from conftest import compose_config
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
 from xformer_bench.models.context import ForwardContext
@@ -60,8 +60,3 @@ def test_stage_sizes_and_refusals():
     assert len(_model("model.share_blocks=true").stack.blocks) == 1
     with pytest.raises(ConfigError, match="model.residual_attention=true needs blocks applied"):
         _model("model.residual_attention=true")
-
-
-def test_a_funnel_model_trains(tmp_path):
-    record = run_tiny(tmp_path, "stack=funnel", "model.n_layers=3", "trainer.max_steps=2")
-    assert record["status"] == "finished" and record["choices"]["stack"] == "funnel"

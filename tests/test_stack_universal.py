@@ -3,26 +3,19 @@ timestep signal, causality, refusals, report, and 2 training steps through the r
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
-from conftest import compose_config, declared_refusals, run_tiny
+from conftest import changed_future, compose_config, declared_refusals, SMALL_DIMS, seeded_model, seeded_tokens
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.build import build_model
 from xformer_bench.models.context import ForwardContext
 
-SMALL = ("stack=universal", "model.d_model=32", "model.n_heads=2", "model.n_layers=2",
-         "model.d_ff=64", "data.seq_len=16")
+SMALL = ("stack=universal", *SMALL_DIMS)
 VOCAB = 64
-
-
-def build(*overrides: str, seed: int = 0):
-    torch.manual_seed(seed)
-    return build_model(compose_config(*SMALL, *overrides), vocab_size=VOCAB)
-
-
-def tokens(seed: int = 0, batch: int = 3, length: int = 16) -> torch.Tensor:
-    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+build = partial(seeded_model, *SMALL, vocab_size=VOCAB)  # build(*overrides, seed=0)
+tokens = partial(seeded_tokens, vocab_size=VOCAB)  # tokens(seed=0, batch=3, length=16)
 
 
 def varied_halting(model) -> None:
@@ -160,17 +153,9 @@ def test_no_position_sees_the_future(train):
     model = build()
     varied_halting(model)
     model.train(train)
-    a, b = tokens(0), tokens(0).clone()
-    k = 9
-    b[:, k:] = tokens(5)[:, k:]
-    with torch.no_grad():
-        out_a = model(a)
-        steps_a = model.stack.last_steps.clone()
-        out_b = model(b)
-        steps_b = model.stack.last_steps.clone()
-    torch.testing.assert_close(out_a[:, :k], out_b[:, :k], atol=1e-5, rtol=0)
-    assert torch.equal(steps_a[:, :k], steps_b[:, :k])
-    assert not torch.allclose(out_a[:, k:], out_b[:, k:])
+    steps_a, steps_b = changed_future(model, tokens(0), 9, tokens(5),
+                                      lambda m: m.stack.last_steps.clone())
+    assert torch.equal(steps_a[:, :9], steps_b[:, :9])
 
 
 def test_report_is_the_mean_number_of_steps_of_the_last_forward():
@@ -182,20 +167,6 @@ def test_report_is_the_mean_number_of_steps_of_the_last_forward():
     assert 1.0 <= model.report()["ponder_steps"] <= model.stack.max_depth
 
 
-def test_checkpointing_recomputes_the_same_loss_and_gradients():
-    losses, grads = [], []
-    for checkpointing in ("false", "true"):
-        model = build(f"model.checkpointing={checkpointing}")
-        varied_halting(model)
-        model.train()
-        loss = -model(tokens()).mean() + model.auxiliary_loss()
-        loss.backward()
-        losses.append(loss.detach())
-        grads.append(model.stack.halt_weight.grad.clone())
-    torch.testing.assert_close(losses[0], losses[1])
-    torch.testing.assert_close(grads[0], grads[1])
-
-
 @pytest.mark.parametrize("part", ["norm=powernorm", "attention=routing"])
 def test_parts_keeping_per_layer_statistics_are_refused_in_one_line(part):
     with pytest.raises(ConfigError) as refused:
@@ -203,19 +174,3 @@ def test_parts_keeping_per_layer_statistics_are_refused_in_one_line(part):
     message = str(refused.value)
     assert "\n" not in message and "stack=universal" in message and "choose another" in message
     assert declared_refusals(compose_config(*SMALL, part)) == [message]  # test_composition's view
-
-
-@pytest.mark.parametrize("override,key", [("stack.threshold=1.5", "stack.threshold"),
-                                          ("stack.max_depth=0", "stack.max_depth"),
-                                          ("stack.ponder_cost=-1", "stack.ponder_cost")])
-def test_bad_values_are_refused_in_one_line(override, key):
-    with pytest.raises(ConfigError) as refused:
-        build(override)
-    assert str(refused.value).startswith(key) and "\n" not in str(refused.value)
-
-
-def test_trains_two_steps_through_the_real_path(tmp_path):
-    record = run_tiny(tmp_path, "stack=universal", "trainer.max_steps=2")
-    assert record["status"] == "finished"
-    assert record["choices"]["stack"] == "universal"
-    assert 1.0 <= record["model_report"]["ponder_steps"] <= 2.0  # max_depth: 2 x 1 layer
