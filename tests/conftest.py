@@ -14,6 +14,9 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", XBENCH_OFFLINE="1
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+__import__("lightning")  # its log handler binds to the session's stream here, not to the
+# stream of whichever test's capsys happens to import it first (closed after that test)
+
 from xformer_bench.config import choice_groups, compose_config  # noqa: E402,F401 -- tests import it
 from xformer_bench.models.dims import ModelDims  # noqa: E402
 

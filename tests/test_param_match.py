@@ -7,7 +7,7 @@ import pytest
 from conftest import TINY_RUN, compose_config
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.param_match import count_parameters, match_params
+from xformer_bench.models.param_match import count_parameters, match_params, reference_overrides
 from xformer_bench.results import record as records
 
 MATCH = "+match_params={reference: {attention: full}, tolerance: 0.02}"
@@ -19,12 +19,17 @@ def _params(config: dict, vocab_size: int = 256) -> int:
     return build_model(config, vocab_size).num_parameters()
 
 
+def _matched(*overrides: str) -> dict:
+    """What a run of ``xbench OVERRIDES`` trains after the match."""
+    return match_params(compose_config(*overrides), list(overrides))
+
+
 @pytest.mark.parametrize("attention, widens", [("multi_query", True), ("gmlp", False),
                                                ("lsh", True), ("mixer", True)])
 def test_a_variant_is_brought_within_the_tolerance_by_its_feed_forward(attention, widens):
     full = _params(compose_config(*SIZES))
     unmatched = compose_config(*SIZES, f"attention={attention}")
-    matched = match_params(compose_config(*SIZES, f"attention={attention}", MATCH))
+    matched = _matched(*SIZES, f"attention={attention}", MATCH)
     assert abs(_params(unmatched) / full - 1) > 0.02  # the premise: a real gap to close
     assert (matched["model"]["d_ff"] > 256) == widens
     for vocab in (256, 50_000):  # the solved width does not depend on the vocabulary
@@ -37,19 +42,18 @@ def test_a_variant_is_brought_within_the_tolerance_by_its_feed_forward(attention
 
 def test_a_variant_within_the_tolerance_keeps_its_width_and_its_run_id():
     plain = compose_config(*SIZES, "attention=local")
-    matched = match_params(compose_config(*SIZES, "attention=local", MATCH))
+    matched = _matched(*SIZES, "attention=local", MATCH)
     assert matched["model"]["d_ff"] == 256
     choices = {"model": "vanilla", "attention": "local"}
     assert records.run_identity(matched, choices) == records.run_identity(plain, choices)
 
 
 def test_a_gap_no_width_can_close_is_reported_and_the_run_keeps_its_defaults():
-    config = compose_config(*SIZES, "attention=persistent_memory", MATCH)
-    matched = match_params(config)
+    matched = _matched(*SIZES, "attention=persistent_memory", MATCH)
     result = matched["match_params"]["result"]
     assert result["status"] == "unmatched" and "model.d_ff=-" in result["reason"]
     assert matched["model"]["d_ff"] == 256 and result["gap"] > 0.5
-    no_ffn = match_params(compose_config(*SIZES, "attention=multi_query", "ffn=none", MATCH))
+    no_ffn = _matched(*SIZES, "attention=multi_query", "ffn=none", MATCH)
     assert "do not depend on model.d_ff" in no_ffn["match_params"]["result"]["reason"]
 
 
@@ -62,11 +66,26 @@ def test_counting_on_the_meta_device_agrees_with_a_built_model():
 @pytest.mark.parametrize("request_, message", [
     ("+match_params={reference: {attention: full}}", "needs reference"),
     ("+match_params={reference: {attention: nope}, tolerance: 0.02}", "attention=nope"),
-    ("+match_params={reference: {model: vanilla}, tolerance: 0.02}", "component group"),
 ])
 def test_a_malformed_request_is_one_config_error(request_, message):
     with pytest.raises(ConfigError, match=message):
-        match_params(compose_config(*SIZES, request_))
+        _matched(*SIZES, request_)
+
+
+def test_the_reference_is_the_run_with_the_reference_choices():
+    overrides = ["model=reformer", "model.d_model=64", "attention.n_hashes=2", "seed=1",
+                 "attention=lsh", "stack.ffn_chunks=2"]
+    assert reference_overrides(overrides, {"model": "vanilla", "attention": "full"}) == [
+        "model.d_model=64", "seed=1", "stack.ffn_chunks=2", "model=vanilla", "attention=full"]
+
+
+def test_a_system_preset_is_matched_to_vanilla():
+    """One shared block for two layers: the feed-forward widens to make up."""
+    request = "+match_params={reference: {model: vanilla}, tolerance: 0.05}"
+    matched = _matched(*SIZES, "model=universal_transformer", request)
+    vanilla = _params(compose_config(*SIZES))
+    assert matched["model"]["d_ff"] > 2 * 256
+    assert abs(_params(matched) / vanilla - 1) <= 0.05
 
 
 def test_a_study_run_records_the_match(tmp_path, capsys):

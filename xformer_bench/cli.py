@@ -40,7 +40,7 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     from xformer_bench.run import execute
 
     try:
-        config = match_params(config)  # before the skip: the solved d_ff is part of the run
+        config = match_params(config, overrides)  # before the skip: d_ff is part of the run
     except XbenchError as error:
         return _fail(2, str(error), [], multirun)
     if config.get("match_params"):

@@ -35,10 +35,15 @@ def choice_groups() -> tuple[str, ...]:
 
 
 def compose_config(*overrides: str) -> dict[str, Any]:
-    """The resolved config (a plain dict) the CLI would build for ``overrides``."""
+    """The resolved config (a plain dict) the CLI would build for ``overrides``; inside a
+    running ``xbench`` job, composed by that job's Hydra."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):  # read at call time
+    if GlobalHydra.instance().is_initialized():
         cfg = compose(config_name="config", overrides=list(overrides))
+    else:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):  # read now
+            cfg = compose(config_name="config", overrides=list(overrides))
     return OmegaConf.to_container(cfg, resolve=True)

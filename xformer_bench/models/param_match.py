@@ -3,11 +3,13 @@ reference configuration, as comparisons of modifications do (Narang et al. 2021 
 GLU variants' hidden width; Shazeer 2019 widens the feed-forward of multi-query attention to
 make up for its smaller key/value projections).
 
-A study asks for it with ``match_params: {reference: {attention: full}, tolerance: 0.02}``.
-Before the run (and before ``skip_completed`` looks for it, since d_ff is part of what it
-trains), :func:`match_params` builds the reference (the same config with the named options'
-YAML defaults) and the variant at two widths, solves the affine count ``P(d_ff) = a + b d_ff``
-for the reference's count, and rounds.  A variant already within the tolerance keeps its
+A study asks for it with ``match_params: {reference: {attention: full}, tolerance: 0.02}``
+(or ``{model: vanilla}`` for system presets).  Before the run (and before ``skip_completed``
+looks for it, since d_ff is part of what it trains), :func:`match_params` composes the
+reference -- the run's own command line with the named groups' choices replaced, and their
+option keys (``attention.window=...``) dropped; model sizes (``model.d_model=...``) stay --
+builds it and the variant at two widths, solves the affine count ``P(d_ff) = a + b d_ff`` for
+the reference's count, and rounds.  A variant already within the tolerance keeps its
 d_ff (and so its run id).  Where the feed-forward cannot make up the difference -- no
 feed-forward, or the width would have to be below 1 -- the run goes on at its own defaults
 and says so; the outcome is kept in ``config["match_params"]["result"]``, which the record
@@ -26,20 +28,21 @@ from typing import Any
 
 import torch
 
-from xformer_bench.config import CONF_DIR
+from xformer_bench.config import CONF_DIR, compose_config
 from xformer_bench.errors import ConfigError, XbenchError
 
 NOMINAL_VOCAB = 256
 
 
-def match_params(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with ``model.d_ff`` solved for the requested parameter count (a copy; the
-    input unchanged), or ``config`` itself when nothing is requested."""
+def match_params(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``config`` (composed from ``overrides``) with ``model.d_ff`` solved for the requested
+    parameter count (a copy; the input unchanged), or ``config`` itself when nothing is
+    requested."""
     request = config.get("match_params")
     if not request:
         return config
     reference, tolerance = _read_request(request)
-    target = count_parameters(_with_options(config, reference))
+    target = count_parameters(compose_config(*reference_overrides(overrides, reference)))
     d_ff = config["model"]["d_ff"]
     own = count_parameters(config)
     result: dict[str, Any] = {"reference_params": target, "d_ff_default": d_ff}
@@ -87,28 +90,30 @@ def count_parameters(config: dict[str, Any]) -> int:
         return build_model(config, NOMINAL_VOCAB).num_parameters()
 
 
+def reference_overrides(overrides: list[str], reference: dict[str, str]) -> list[str]:
+    """The command line of the reference: ``overrides`` with the choice of each group in
+    ``reference`` replaced and that group's option keys dropped (``model.*`` sizes stay)."""
+    def target(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    def replaced(override: str) -> bool:
+        key = target(override)
+        group = key.split(".", 1)[0]
+        return group in reference and (key == group or group != "model")
+
+    return [o for o in overrides if not replaced(o)] + [f"{g}={o}" for g, o in reference.items()]
+
+
 def _read_request(request: dict[str, Any]) -> tuple[dict[str, str], float]:
     reference = request.get("reference") or {}
     if not reference or "tolerance" not in request:
         raise ConfigError("match_params needs reference: {GROUP: OPTION} and tolerance: "
                           "e.g. match_params={reference: {attention: full}, tolerance: 0.02}")
     for group, option in reference.items():
-        if not (CONF_DIR / group / f"{option}.yaml").is_file() or group == "model":
-            raise ConfigError(f"match_params.reference {group}={option} is not an option of a "
-                              "component group (attention, norm, activation, position, ffn)")
+        if not (CONF_DIR / group / f"{option}.yaml").is_file():
+            raise ConfigError(f"match_params.reference {group}={option} is not an option of "
+                              f"conf/{group}/")
     return reference, float(request["tolerance"])
-
-
-def _with_options(config: dict[str, Any], options: dict[str, str]) -> dict[str, Any]:
-    """``config`` with each group's options replaced by that option's YAML as written."""
-    from omegaconf import OmegaConf
-
-    swapped = copy.deepcopy(config)
-    for group, option in options.items():
-        spec = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{option}.yaml"))
-        spec.pop("defaults", None)
-        swapped[group] = spec
-    return swapped
 
 
 def _with_d_ff(config: dict[str, Any], d_ff: int) -> dict[str, Any]:
