@@ -68,6 +68,7 @@ def apply_block(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: i
 
 
 def recomputes(stack: nn.Module) -> bool:
-    """Whether this forward checkpoints its blocks: ``model.checkpointing`` while training."""
-    return bool(getattr(stack, "checkpointing", False)) and stack.training \
-        and torch.is_grad_enabled()
+    """Whether this forward checkpoints its blocks: ``model.checkpointing`` whenever a backward
+    pass may follow (training; also the step-memory and FLOP probes, which run in eval mode so
+    that nothing stateful moves); never under ``no_grad`` (evaluation)."""
+    return bool(getattr(stack, "checkpointing", False)) and torch.is_grad_enabled()
