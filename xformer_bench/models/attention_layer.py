@@ -9,6 +9,11 @@ values; the kernel sees every query head with its key/value head.
 With memory (``ctx.attention_memory``, (B, M, D): Transformer-XL's previous segment, already
 normalised) keys and values are projected from ``[memory; x]`` and queries from ``x`` alone:
 S = M + T keys, the queries the last T of them (the kernels' and positions' convention).
+
+With a key/value cache (``ctx.cache``, incremental decoding; :mod:`xformer_bench.models.kv_cache`)
+the T new positions follow ``ctx.cache.start`` cached ones: queries and keys are rotated there,
+the keys and values (still H_kv heads) appended to the cache, and the queries attend over all
+S = start + T of them, again as the last T.
 """
 
 from __future__ import annotations
@@ -59,10 +64,14 @@ class MultiHeadAttention(TokenMixer):
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
         b, t, d = x.shape
         q, k, v = self.project(x)
-        if ctx.attention_memory is not None:  # keys and values of [memory; x]: (B, H_kv, M + T, Dh)
-            k_memory, v_memory = self.project_keys_values(ctx.attention_memory)
-            k, v = torch.cat([k_memory, k], dim=2), torch.cat([v_memory, v], dim=2)
-        q, k = ctx.position.rotate(q, k)  # queries at key positions S - T .. S - 1
+        if ctx.cache is not None:  # decoding: new positions start .. start + T - 1
+            q, k = ctx.position.rotate_from(q, k, ctx.cache.start)
+            k, v = ctx.cache.extend(k, v)  # cached and new: (B, H_kv, start + T, Dh)
+        else:
+            if ctx.attention_memory is not None:  # keys, values of [memory; x]: (B, H_kv, M + T, Dh)
+                k_memory, v_memory = self.project_keys_values(ctx.attention_memory)
+                k, v = torch.cat([k_memory, k], dim=2), torch.cat([v_memory, v], dim=2)
+            q, k = ctx.position.rotate(q, k)  # queries at key positions S - T .. S - 1
         k, v = self.share_kv_heads(k), self.share_kv_heads(v)  # (B, H, S, Dh) each
         s = k.shape[2]
         keys = {"key": k} if ctx.position.reads_keys else {}

@@ -11,10 +11,14 @@ come with its mechanism: the encoder output (cross-attention).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from xformer_bench.position import Position
+
+if TYPE_CHECKING:
+    from xformer_bench.models.kv_cache import KVCache
 
 
 @dataclass
@@ -39,6 +43,10 @@ class ForwardContext:
     """(B, M, D): ``memory`` as the attention sublayer sees it -- through the block's attention
     input norm, like ``x`` -- set by the block around its attention sublayer only.  An attention
     layer prepends it to the sequence its keys and values come from (queries: ``x`` alone)."""
+    cache: KVCache | None = None
+    """Incremental decoding (:meth:`TransformerLM.decode`): the keys and values of the positions
+    decoded so far, which each attention application extends with this step's and attends over
+    (:mod:`xformer_bench.models.kv_cache`); None: no cache, the sequence is all of ``x``."""
     aux_losses: list[torch.Tensor] = field(default_factory=list)
     """Scalar losses layers add in training (e.g. expert load balancing), one per application:
     a block applied several times (``model.share_blocks``) adds one each time."""

@@ -1,4 +1,10 @@
-"""Decoder-only Transformer language model assembled from registered components."""
+"""Decoder-only Transformer language model assembled from registered components.
+
+``forward`` scores a whole sequence; ``decode`` continues one from a key/value cache
+(incremental decoding, :mod:`xformer_bench.models.kv_cache`): only ``stack=standard`` with
+cacheable attention can (``kv_cache.cache_blocker`` says why not); the others are decoded by
+recomputing the window (:mod:`xformer_bench.sample`).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.embedding import TokenEmbedding
 from xformer_bench.models.init import init_weights
+from xformer_bench.models.kv_cache import KVCache
 from xformer_bench.models.output_head import OutputHead
 from xformer_bench.models.residual import residual_factory
 from xformer_bench.models.residual_attention import ResidualAttention
@@ -137,6 +144,19 @@ class TransformerLM(nn.Module):
         ctx = ForwardContext(self.position, causal=True)
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
         x = self.stack(x, ctx)
+        self._auxiliary_loss = ctx.auxiliary_loss()
+        return self.head(self.final_norm(x))
+
+    def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Log-probs (B, T, V) of ``tokens`` (B, T), the positions after the ``cache.length``
+        already in ``cache``, which they extend: ``forward`` of the whole sequence, last T rows
+        (up to float rounding), for a model :func:`cache_blocker` allows -- checked by the caller
+        once, not here.  Positions continue at ``cache.length`` (an absolute scheme's limit
+        applies: learned positions end at their table)."""
+        cache.begin_step()
+        ctx = ForwardContext(self.position, causal=True, cache=cache)
+        x = self.dropout(self.position.embed(self.embedding(tokens), start=cache.start))
+        x = self.stack(x, ctx)  # (B, T, D)
         self._auxiliary_loss = ctx.auxiliary_loss()
         return self.head(self.final_norm(x))
 

@@ -10,6 +10,12 @@
   (``bias.dense()``) -- so a sparse kernel never needs a T x T tensor;
 * ``rotate`` -- a transform of queries and keys (rotary).
 
+Cached decoding (:mod:`xformer_bench.models.kv_cache`) runs the model on new tokens that
+continue ``start`` cached positions: ``embed(x, start=)`` places them at absolute positions
+``start ..``, ``rotate_from(q, k, start)`` rotates this step's queries and keys there (the keys
+are cached rotated), and a bias is evaluated over the new queries and all ``start + T`` keys
+as usual.  ``max_positions`` is how far an absolute scheme reaches (None: no limit).
+
 What a scheme needs of the attention is declared in ``requires`` (see
 :mod:`xformer_bench.models.capabilities`): a bias needs a kernel that adds one, a rotation
 needs queries and keys.
@@ -66,7 +72,11 @@ class Position(nn.Module):
     """Whether ``bias`` reads the keys' content (``key=``): attention layers pass the keys only
     to such schemes, so the schemes that ignore them need not take the argument."""
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
+    max_positions: int | None = None
+    """The most positions ``embed`` can place (a learned table's rows); None: unbounded."""
+
+    def embed(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
+        """``x`` with its rows at positions ``start .. start + T - 1`` encoded (here: unchanged)."""
         return x
 
     def bias(
@@ -83,6 +93,22 @@ class Position(nn.Module):
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return q, k  # (B, H, T, Dh) each
+
+    def rotate_from(self, q: torch.Tensor, k: torch.Tensor,
+                    start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``rotate`` for cached decoding: queries (B, H, T, Dh) and this step's keys
+        (B, H_kv, T, Dh) both at positions ``start .. start + T - 1``.  A scheme that rotates
+        overrides it; the ones that do not rotate return both unchanged."""
+        if type(self).rotate is not Position.rotate:
+            raise NotImplementedError(f"{type(self).__name__} rotates but has no rotate_from: "
+                                      "decode without a cache")
+        return q, k
+
+    def decodes_with_cache(self) -> bool:
+        """Whether :meth:`rotate_from` is right for this scheme (it rotates nothing, or says
+        how to rotate at an offset)."""
+        return type(self).rotate is Position.rotate or \
+            type(self).rotate_from is not Position.rotate_from
 
 
 def relative_distance(t_query: int, t_key: int, device: torch.device | None = None) -> torch.Tensor:

@@ -15,6 +15,8 @@ grid covers is a one-line error naming ``position.shape``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -31,6 +33,7 @@ class AxialPosition(Position):
                  dims_per_axis: list[int] | None = None, init_std: float = 0.02):
         super().__init__()
         self.grid = grid_shape(shape, dims.seq_len, "axial")
+        self.max_positions = math.prod(self.grid)
         widths = dims_per_axis or _even_split(dims.d_model, len(self.grid))
         if len(widths) != len(self.grid) or sum(widths) != dims.d_model or min(widths) < 1:
             raise ConfigError(f"position.dims_per_axis={list(widths)} must give each of the "
@@ -39,8 +42,9 @@ class AxialPosition(Position):
         self.tables = nn.ParameterList(
             nn.Parameter(torch.randn(n, d) * init_std) for n, d in zip(self.grid, widths))
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        coords = coordinates(x.shape[1], self.grid, "axial", x.device)
+    def embed(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:  # (B, T, D)
+        coords = coordinates(start + x.shape[1], self.grid, "axial", x.device)
+        coords = [c[start:] for c in coords]  # (T,) each: the rows' positions start ..
         return x + torch.cat([table[c] for table, c in zip(self.tables, coords)], dim=-1)
 
 

@@ -13,6 +13,8 @@ A longer input than the grid covers is a one-line error naming ``position.shape`
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -27,9 +29,11 @@ class FactorizedPosition(Position):
     def __init__(self, dims: ModelDims, shape: list[int] | None = None, init_std: float = 0.02):
         super().__init__()
         self.grid = grid_shape(shape, dims.seq_len, "factorized")
+        self.max_positions = math.prod(self.grid)
         self.tables = nn.ParameterList(
             nn.Parameter(torch.randn(n, dims.d_model) * init_std) for n in self.grid)
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        coords = coordinates(x.shape[1], self.grid, "factorized", x.device)
+    def embed(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:  # (B, T, D)
+        coords = coordinates(start + x.shape[1], self.grid, "factorized", x.device)
+        coords = [c[start:] for c in coords]  # (T,) each: the rows' positions start ..
         return x + sum(table[c] for table, c in zip(self.tables, coords))

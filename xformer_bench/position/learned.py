@@ -22,10 +22,11 @@ class LearnedPosition(Position):
         super().__init__()
         rows = max_len or dims.seq_len
         self.table = nn.Parameter(torch.randn(rows, dims.d_model) * init_std)  # (max_len, D)
+        self.max_positions = rows
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        t = x.shape[1]
-        if t > len(self.table):
+    def embed(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:  # (B, T, D)
+        end = start + x.shape[1]  # rows at positions start .. end - 1
+        if end > len(self.table):
             raise ConfigError(f"position=learned has {len(self.table)} positions, the input has "
-                              f"{t}: set position.max_len={t} (or more)")
-        return x + self.table[:t]
+                              f"{end}: set position.max_len={end} (or more)")
+        return x + self.table[start:end]

@@ -50,3 +50,9 @@ class RotaryPosition(Position):
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         t_query, t_key = q.shape[-2], k.shape[-2]  # queries are the last t_query positions
         return self.rotate_at(q, t_key - t_query), self.rotate_at(k, 0)
+
+    def rotate_from(self, q: torch.Tensor, k: torch.Tensor,
+                    start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cached decoding: this step's queries and keys both sit at ``start ..`` (the cached
+        keys were rotated at their own positions when they were new)."""
+        return self.rotate_at(q, start), self.rotate_at(k, start)

@@ -33,8 +33,8 @@ class SinusoidalPosition(Position):
         table[:, 1::2] = torch.cos(position * freq[: d // 2])
         return table / math.sqrt(d)
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
-        t = x.shape[1]
-        if t > len(self.table):  # longer than data.seq_len (evaluation, memory): grow once
-            self.table = self.encodings(t).to(self.table.device)
-        return x + self.table[:t].to(x.dtype)
+    def embed(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:  # (B, T, D)
+        end = start + x.shape[1]  # rows at positions start .. end - 1
+        if end > len(self.table):  # past data.seq_len (evaluation, memory, decoding): grow once
+            self.table = self.encodings(end).to(self.table.device)
+        return x + self.table[start:end].to(x.dtype)
