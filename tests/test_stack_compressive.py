@@ -288,27 +288,6 @@ def test_most_used_keeps_the_old_states_the_segment_attended_most():
 # --------------------------------------------------------------------------- refusals and a run
 
 
-@pytest.mark.parametrize("attention", ["fnet", "lsh"])
-def test_a_mixer_without_longer_keys_is_refused_in_one_line(attention):
-    from xformer_bench.models.capabilities import Part, unmet
-    from xformer_bench.models.token_mixer import build_token_mixer
-    from xformer_bench.stacks.compressive import CompressiveStack
-
-    config = compose_config("stack=compressive", f"attention={attention}", *SMALL)
-    with pytest.raises(ConfigError) as refused:
-        build_model(config, vocab_size=256)
-    assert "\n" not in str(refused.value)
-    dims = ModelDims(d_model=D, n_heads=H, n_layers=2, d_ff=32, seq_len=T, vocab_size=256)
-    needs = unmet([Part("attention", f"attention={attention}",
-                        build_token_mixer(config["attention"], dims)),
-                   Part("stack", "stack=compressive", CompressiveStack)])
-    assert needs == [f"stack=compressive needs more keys than queries (memory, cross-attention), "
-                     f"which attention={attention} does not provide; choose another stack or "
-                     "attention"]
-    if attention == "lsh":  # causal: the stack's need is the one refusal
-        assert str(refused.value) == needs[0]
-
-
 def test_conv_needs_the_attentions_projections():
     from xformer_bench.stacks.compressive import CompressiveStack
 

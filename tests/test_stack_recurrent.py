@@ -301,27 +301,6 @@ def test_the_datamodule_streams_and_says_so():
 # --------------------------------------------------------------------------- refusals and a run
 
 
-@pytest.mark.parametrize("attention", ["lsh", "fnet"])
-def test_mixers_without_longer_keys_are_refused_in_one_line(attention):
-    from xformer_bench.models.capabilities import Part, unmet
-    from xformer_bench.models.token_mixer import build_token_mixer
-    from xformer_bench.stacks.recurrent import RecurrentStack
-
-    config = compose_config("stack=recurrent", f"attention={attention}", *SMALL)
-    with pytest.raises(ConfigError) as refused:
-        build_model(config, vocab_size=256)
-    assert "\n" not in str(refused.value)
-    dims = ModelDims(d_model=16, n_heads=2, n_layers=2, d_ff=32, seq_len=T, vocab_size=256)
-    needs = unmet([Part("attention", f"attention={attention}",
-                        build_token_mixer(config["attention"], dims)),
-                   Part("stack", "stack=recurrent", RecurrentStack)])
-    assert needs == [f"stack=recurrent needs more keys than queries (memory, cross-attention), "
-                     f"which attention={attention} does not provide; choose another stack or "
-                     "attention"]
-    if attention == "lsh":  # causal: the stack's need is the one refusal
-        assert str(refused.value) == needs[0]
-
-
 def test_residual_attention_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="model.residual_attention=true"):
         build_model(compose_config("model=realformer", "stack=recurrent", *SMALL), vocab_size=256)

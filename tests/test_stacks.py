@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import SMALL_DIMS, changed_future, run_tiny, seeded_model, seeded_tokens
+from conftest import SMALL_DIMS, changed_future, compose_config, run_tiny, seeded_model, seeded_tokens
 from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
+from xformer_bench.models.build import build_model
 
 STACKS = sorted(p.stem for p in (CONF_DIR / "stack").glob("*.yaml"))
 
@@ -69,3 +70,28 @@ def test_bad_values_are_refused_in_one_line(stack, override, key):
     with pytest.raises(ConfigError) as refused:
         seeded_model(f"stack={stack}", *SMALL_DIMS, override)
     assert str(refused.value).startswith(key) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("stack", ["recurrent", "compressive"])
+@pytest.mark.parametrize("attention", ["lsh", "fnet"])
+def test_memory_stacks_refuse_mixers_without_longer_keys_in_one_line(stack, attention):
+    """Declared, not special-cased: the stack's need of longer keys is the message (for causal
+    LSH the only refusal; FNet is refused first for being bidirectional)."""
+    from xformer_bench.models.capabilities import Part, unmet
+    from xformer_bench.models.dims import ModelDims
+    from xformer_bench.models.token_mixer import build_token_mixer
+    from xformer_bench.registry import STACK
+
+    config = compose_config(f"stack={stack}", f"attention={attention}", *SMALL_DIMS)
+    with pytest.raises(ConfigError) as refused:
+        build_model(config, vocab_size=256)
+    assert "\n" not in str(refused.value)
+    dims = ModelDims(d_model=32, n_heads=2, n_layers=2, d_ff=64, seq_len=16, vocab_size=256)
+    needs = unmet([Part("attention", f"attention={attention}",
+                        build_token_mixer(config["attention"], dims)),
+                   Part("stack", f"stack={stack}", STACK.get(stack))])
+    assert needs == [f"stack={stack} needs more keys than queries (memory, cross-attention), "
+                     f"which attention={attention} does not provide; choose another stack or "
+                     "attention"]
+    if attention == "lsh":
+        assert str(refused.value) == needs[0]
