@@ -58,20 +58,20 @@ def declared_refusals(config: dict) -> list[str]:
     """What the parts of ``config``, each built on its own, declare impossible together: the
     generic tests' source of which combinations must be refused (one ConfigError line)."""
     from xformer_bench.models.capabilities import unmet
-    from xformer_bench.models.transformer_lm import build_lm_mixer, lm_parts
+    from xformer_bench.models.body import build_mixer, model_parts
     from xformer_bench.registry import FFN, NORM, POSITION, STACK
 
     m = config["model"]
     dims = ModelDims(d_model=m["d_model"], n_heads=m["n_heads"], n_layers=m["n_layers"],
                      d_ff=m["d_ff"], seq_len=config["data"]["seq_len"], vocab_size=256)
     modules = {
-        "attention": build_lm_mixer(config["attention"], dims, m["residual_attention"]),
+        "attention": build_mixer(config["attention"], dims, m["residual_attention"]),
         "position": POSITION.build(config["position"], dims=dims),
         "norm": NORM.build(config["norm"], dim=dims.d_model),
         "ffn": FFN.build(config["ffn"], dims=dims, activation=config["activation"]),
         "stack": STACK.get(config["stack"]["name"]),  # a stack's needs are class attributes
     }
-    return unmet(lm_parts(config, modules, m))
+    return unmet(model_parts(config, modules, m))
 
 
 def compile_latex(folder: Path, inputs: list[str]) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from torch import nn
 from conftest import declared_refusals
 from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups, compose_config
 from xformer_bench.models import block as block_module
-from xformer_bench.models import transformer_lm
+from xformer_bench.models import body as body_module
 from xformer_bench.models.build import build_model
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.init import STANDARD_LAYERS, default_initialised, init_weights
@@ -35,7 +35,7 @@ def at_torch_default(module: nn.Module, name: str, p: torch.Tensor) -> bool:
 
 def _built_without_the_default(monkeypatch, group: str, name: str) -> nn.Module:
     """The model as its builders leave it: the model-wide default and Fixup's re-init off."""
-    monkeypatch.setattr(transformer_lm, "init_weights", lambda *args: None)
+    monkeypatch.setattr(body_module, "init_weights", lambda *args: None)
     monkeypatch.setattr(block_module.Block, "init_residual_branches", lambda self, n_branches: None)
     config = compose_config(f"{group}={name}", *SMALL)
     torch.manual_seed(0)

@@ -68,7 +68,9 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()
-    flops = training_step_flops(task.model, seq_len, batch_size)
+    probe = getattr(task.model, "example_inputs", None)  # inputs other than (B, T) tokens
+    flops = training_step_flops(task.model, seq_len, batch_size,
+                                probe(1) if probe else None)
 
     tokens_per_step = seq_len * batch_size * config["trainer"]["accumulate_grad_batches"]
     throughput, history = Throughput(tokens_per_step), ValidationHistory()
@@ -78,8 +80,9 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     flops = flops.scaled(config["trainer"]["accumulate_grad_batches"] * trainer.world_size)
     record.update(flops_per_step=flops.total, flops_analytic=flops.analytic,
                   flops_uncounted=flops.uncounted,
-                  step_memory_mb=training_step_memory(task.model, seq_len, batch_size,
-                                                      datamodule.vocab_size))
+                  step_memory_mb=training_step_memory(
+                      task.model, seq_len, batch_size, getattr(datamodule, "vocab_size", 0),
+                      probe(batch_size) if probe else None))
     completed = False
     try:
         trainer.fit(task, datamodule=datamodule, ckpt_path=config["resume"])

@@ -77,8 +77,10 @@ def _uncounted(packets, known) -> list[str]:
     return sorted(n for n in names if n.removeprefix("aten.").startswith(COSTLY_FAMILIES))
 
 
-def training_step_flops(model: nn.Module, seq_len: int, batch_size: int) -> FlopCount:
-    """Forward + backward FLOPs of ``model`` on a batch of ``batch_size`` sequences of ``seq_len``.
+def training_step_flops(model: nn.Module, seq_len: int, batch_size: int,
+                        sample: torch.Tensor | None = None) -> FlopCount:
+    """Forward + backward FLOPs of ``model`` on a batch of ``batch_size`` sequences of ``seq_len``
+    (``sample``: one example of the model's input, (1, ...); default zero tokens (1, seq_len)).
 
     Counted on one sequence and scaled by the batch size (the count is linear in it).
     Attention runs in the math backend here so that its matmuls are visible to the counter;
@@ -88,7 +90,8 @@ def training_step_flops(model: nn.Module, seq_len: int, batch_size: int) -> Flop
     afterwards.  The optimizer update is not included.
     """
     was_training = model.training
-    sample = torch.zeros(1, seq_len, dtype=torch.long, device=next(model.parameters()).device)
+    device = next(model.parameters()).device
+    sample = (torch.zeros(1, seq_len, dtype=torch.long) if sample is None else sample).to(device)
     model.eval()
     counter, seen = FlopCounterMode(display=False, custom_mapping=ANALYTIC), _OpsSeen()
     try:

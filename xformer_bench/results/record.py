@@ -33,7 +33,8 @@ declarations (its sweep list, its baseline row, its parameter-matching request: 
 match solves is in ``model`` and counts there)."""
 
 IDENTITY_NEUTRAL = {
-    "model": {"residual": "add", "residual_attention": False, "checkpointing": False},
+    "model": {"residual": "add", "residual_attention": False, "checkpointing": False,
+              "pool": "cls", "patch_size": 4},
     "eval": {"stride": None},
     "stack": {"name": "standard", "label": "Standard stack"},
 }

@@ -11,19 +11,16 @@ when each validation / test epoch starts, so every evaluation stream starts clea
 from __future__ import annotations
 
 import math
-from functools import partial
-
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torchmetrics import SumMetric
 
-from xformer_bench.errors import DivergedError
 from xformer_bench.models.build import build_model
 from xformer_bench.targets import IGNORE_INDEX
 from xformer_bench.tasks import TASK
 from xformer_bench.metric_spec import bits_metric
-from xformer_bench.tasks.schedule import lr_factor
+from xformer_bench.tasks.optimization import adamw_with_schedule, check_finite
 
 LN2 = math.log(2.0)
 
@@ -59,9 +56,7 @@ class LanguageModelTask(L.LightningModule):
         nats = self._nats(batch, "mean")
         auxiliary = self.model.auxiliary_loss()
         loss = nats if auxiliary is None else nats + auxiliary
-        if not torch.isfinite(loss):
-            raise DivergedError(f"training loss is {loss.item()} at step {self.global_step}; "
-                                "lower optim.lr or raise optim.warmup_steps")
+        check_finite(loss, self.global_step)
         self.log("train/loss", nats, prog_bar=True)
         self.log(self.bits.key("train"), nats / LN2, prog_bar=True)
         if auxiliary is not None:
@@ -107,19 +102,7 @@ class LanguageModelTask(L.LightningModule):
         self._eval_end("test")
 
     def configure_optimizers(self):
-        """AdamW; weight decay only on matrices (not biases, norms' gains or embeddings' rows
-        shared with 1-D parameters)."""
-        o = self.optim
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
-        factor = partial(lr_factor, warmup_steps=o["warmup_steps"], total_steps=self.max_steps,
-                         decay=o["decay"], min_lr_ratio=o["min_lr_ratio"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return adamw_with_schedule(self, self.optim, self.max_steps)
 
 
 @TASK.register("lm")

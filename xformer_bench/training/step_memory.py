@@ -19,11 +19,13 @@ from xformer_bench.bench.peak_memory import peak_bytes
 
 
 def training_step_memory(model: nn.Module, seq_len: int, batch_size: int,
-                         vocab_size: int) -> float:
-    """MiB allocated at the peak of one forward + backward on ``batch_size`` x ``seq_len``."""
+                         vocab_size: int, inputs: torch.Tensor | None = None) -> float:
+    """MiB allocated at the peak of one forward + backward on ``batch_size`` x ``seq_len``
+    random tokens, or on ``inputs`` (a batch of the model's input) when given."""
     device = next(model.parameters()).device
-    tokens = torch.randint(0, vocab_size, (batch_size, seq_len),
-                           generator=torch.Generator().manual_seed(0)).to(device)
+    tokens = (torch.randint(0, vocab_size, (batch_size, seq_len),
+                            generator=torch.Generator().manual_seed(0))
+              if inputs is None else inputs).to(device)
     was_training = model.training
     model.eval()
     try:

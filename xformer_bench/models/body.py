@@ -1,0 +1,180 @@
+"""What every assembly shares: the position scheme, the stack of blocks built from the
+registries, the final norm, and the one check that the parts go together.
+
+An assembly (the decoder-only LM, the encoder classifier, the encoder-decoder) puts an input
+adapter before the body and a head after it, and says what it needs of the parts: a decoder
+needs ``causal`` attention, an encoder ``bidirectional`` (and a ``key_padding_mask`` when its
+inputs are padded).  The body's modules are returned loose (:class:`Body`) and set on the
+assembly as its own attributes, so every assembly's parameters keep the same names
+(``stack.blocks.0...``, ``position...``, ``final_norm...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from xformer_bench.errors import ConfigError
+from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
+from xformer_bench.models.capabilities import Part, check_compatible
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.init import init_weights
+from xformer_bench.models.residual import residual_factory
+from xformer_bench.models.residual_attention import ResidualAttention
+from xformer_bench.models.token_mixer import build_token_mixer
+from xformer_bench.registry import FFN, NORM, POSITION, STACK
+from xformer_bench.stacks import Stack
+
+DECODER = ("a decoder-only LM", frozenset({"causal"}))
+"""How the decoder-only LM names itself in errors, and what it needs of the attention."""
+
+
+def model_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, object],
+                model: Mapping[str, Any], assembly: tuple[str, frozenset[str]] = DECODER
+                ) -> list[Part]:
+    """The parts whose declared capabilities must agree: the assembly (named and needing of
+    the attention what ``assembly`` says; it gives every depth its own block unless the blocks
+    are shared, by ``model.share_blocks`` or by a stack that shares them; its blocks are
+    invertible unless post-norm or a gated residual), RealFormer's needs
+    (``model.residual_attention``), and the module of each group in ``modules`` (a stack may be
+    given as its registered class: its declarations are class attributes), named by its option
+    in ``specs``.  ``model`` holds the model keys (``share_blocks``, ``residual_attention``,
+    ``norm_placement``, ``residual``)."""
+    assembly_name, attention_needs = assembly
+    stack = modules.get("stack")
+    shared_by = ("model.share_blocks=true" if model.get("share_blocks")
+                 else f"stack={specs['stack']['name']}"
+                 if getattr(stack, "shares_blocks", False) else None)
+    invertible = model.get("norm_placement", "pre") != "post" and \
+        model.get("residual", "add") == "add"
+    if shared_by:
+        name = shared_by
+    elif not invertible:
+        name = ("model.norm_placement=post" if model.get("norm_placement") == "post"
+                else f"model.residual={model.get('residual')}")
+    else:
+        name = assembly_name
+    provides = ({"unshared_blocks"} if not shared_by else set()) | \
+        ({"invertible_blocks"} if invertible else set())
+    needs = Part("model", assembly_name, requires={"attention": attention_needs})
+    structure = Part("model", name, provides=frozenset(provides))
+    logits = [Part("model", "model.residual_attention=true",
+                   requires={"attention": frozenset({"dense_logits"}),
+                             "stack": frozenset({"ordered_blocks"})})
+              ] if model.get("residual_attention") else []
+
+    def choice(group: str) -> str:
+        named = f"{group}={specs[group]['name']}"
+        realformer = isinstance(modules[group], ResidualAttention)
+        return f"{named} (model.residual_attention=true)" if realformer else named
+
+    return [*logits, needs, structure, *(Part(group, choice(group), module)
+                                         for group, module in modules.items())]
+
+
+def build_mixer(attention: Mapping[str, Any], dims: ModelDims,
+                residual_attention: bool) -> nn.Module:
+    """The token mixer of ``attention``, in RealFormer's form with ``residual_attention`` where
+    the mixer has the logits (where not, the capability check says so in words)."""
+    mixer = build_token_mixer(attention, dims)
+    if residual_attention and "dense_logits" in getattr(mixer, "provides", ()):
+        return ResidualAttention.replacing(mixer, dims, attention["name"])
+    return mixer
+
+
+class Body(NamedTuple):
+    position: nn.Module
+    stack: Stack
+    final_norm: nn.Module
+    make_norm: Callable[[], nn.Module]
+
+
+def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str, Any],
+               activation: Mapping[str, Any], position: Mapping[str, Any],
+               ffn: Mapping[str, Any], stack: Mapping[str, Any], *,
+               assembly: tuple[str, frozenset[str]] = DECODER, norm_placement: str = "pre",
+               share_blocks: bool = False, residual: str = "add",
+               residual_attention: bool = False, checkpointing: bool = False) -> Body:
+    """Position scheme, stack and final norm of the options, checked to go together with each
+    other and with ``assembly`` (one ``ConfigError`` line if not)."""
+    if checkpointing and residual_attention:
+        raise ConfigError("model.checkpointing=true recomputes each block on its own, but "
+                          "model.residual_attention=true passes logits between blocks: "
+                          "turn one of them off")
+    make_norm = lambda: NORM.build(norm, dim=dims.d_model)  # noqa: E731
+    make_residual = residual_factory(residual, dims.d_model)
+    make_block = lambda: Block(  # noqa: E731
+        build_mixer(attention, dims, residual_attention),
+        FFN.build(ffn, dims=dims, activation=activation),
+        make_norm,
+        placement=norm_placement,
+        dropout=dims.dropout,
+        make_residual=make_residual,
+    )
+    scheme = POSITION.build(position, dims=dims)
+    built = STACK.build(stack, dims=dims, make_block=make_block, share_blocks=share_blocks,
+                        checkpointing=checkpointing)
+    first = built.blocks[0]
+    check_compatible(model_parts(
+        {"attention": attention, "position": position, "norm": norm, "ffn": ffn, "stack": stack},
+        {"attention": first.attention, "position": scheme, "norm": first.norm_of("attention"),
+         "ffn": first.feedforward, "stack": built},
+        {"share_blocks": share_blocks, "residual_attention": residual_attention,
+         "norm_placement": norm_placement, "residual": residual},
+        assembly))
+    # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
+    final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
+    return Body(scheme, built, final_norm, make_norm)
+
+
+def initialise(model: nn.Module, dims: ModelDims, stack: Stack) -> None:
+    """The house initialisation (:func:`~xformer_bench.models.init.init_weights`), then the
+    norms' re-initialisation of their residual branches (Fixup)."""
+    init_weights(model, dims.d_model, dims.n_layers)
+    for block in stack.blocks:
+        block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
+
+
+class Assembly(nn.Module):
+    """What every assembly exposes to tasks and the run record; it sets ``stack`` and, in each
+    forward, ``_auxiliary_loss`` (the forward context's sum)."""
+
+    stack: Stack
+    _auxiliary_loss: torch.Tensor | None = None
+
+    def reset_memory(self, training: bool | None = None) -> None:
+        """Forget past segments (``stack=recurrent``'s memory; see its ``reset_memory``)."""
+        if hasattr(self.stack, "reset_memory"):
+            self.stack.reset_memory(training)
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The blocks with parameters of their own (``self.stack.blocks``)."""
+        return self.stack.blocks
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def num_active_parameters(self) -> int:
+        """Parameters used for one token: sparsely routed layers report what they skip."""
+        skipped = sum(m.inactive_parameters() for m in self.modules()
+                      if hasattr(m, "inactive_parameters"))
+        return self.num_parameters() - skipped
+
+    def report(self) -> dict[str, float]:
+        """Learned quantities layers report for the run record (a ``report()`` method returning
+        ``{name: value}``, e.g. adaptive span's mean span), each averaged over the layers."""
+        values: dict[str, list[float]] = {}
+        for module in self.modules():
+            if module is not self and hasattr(module, "report"):
+                for name, value in module.report().items():
+                    values.setdefault(name, []).append(float(value))
+        return {name: sum(v) / len(v) for name, v in values.items()}
+
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        """Sum of the auxiliary losses layers added in the last forward (every application of
+        a shared block counts), or None."""
+        return self._auxiliary_loss
