@@ -100,6 +100,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
             history=history.points,
             eval_counts=dict(task.evaluated_units),
             model_report=task.model.report(),
+            **(task.record_fields() if hasattr(task, "record_fields") else {}),
         )
         close_loggers(loggers, failed=not completed)
 

@@ -10,7 +10,9 @@ in the slots a placement leaves empty.  The norm may supply the ``gate`` (ReZero
 re-initialisation of the branch (Fixup); see :mod:`xformer_bench.norm`.  ``(+)`` is the
 residual join, ``x + y`` unless ``model.residual`` says otherwise (GTrXL's GRU gate; see
 :mod:`xformer_bench.models.residual`).  Under ``stack=recurrent`` (Transformer-XL) the attention
-sublayer also attends over the previous segment's states of its layer (``ctx.memory``).
+sublayer also attends over the previous segment's states of its layer (``ctx.memory``).  A
+decoder block of an encoder-decoder has a third sublayer between the two, attention over the
+encoder's output (``cross_attention``, reading ``ctx.encoder_output``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ PLACEMENTS: dict[str, tuple[str, ...]] = {
     "sandwich": ("input", "output"),
 }
 SUBLAYERS = ("attention", "feedforward")
-BRANCH_DEPTH = {"attention": 4, "feedforward": 2}
+DECODER_SUBLAYERS = ("attention", "cross_attention", "feedforward")
+"""A block of an encoder-decoder's decoder: self-attention, attention over the encoder's output
+(Vaswani et al. 2017, section 3.1), feed-forward."""
+BRANCH_DEPTH = {"attention": 4, "cross_attention": 4, "feedforward": 2}
 """Weight layers each branch multiplies together (q, k, v, out; up, down), as Fixup counts them."""
 
 
@@ -49,21 +54,26 @@ class Block(nn.Module):
         placement: str = "pre",
         dropout: float = 0.0,
         make_residual: Callable[[], nn.Module] = ResidualAdd,
+        cross_attention: nn.Module | None = None,
     ):
         super().__init__()
+        self.sublayers = SUBLAYERS if cross_attention is None else DECODER_SUBLAYERS
         if placement not in PLACEMENTS:
             raise ValueError(f"model.norm_placement={placement!r}; choose one of {tuple(PLACEMENTS)}")
         self.slots = PLACEMENTS[placement]
         self.attention = attention
+        if cross_attention is not None:
+            self.cross_attention = cross_attention
         self.feedforward = feedforward
         self.norms = nn.ModuleDict({
             sublayer: nn.ModuleDict({
                 slot: make_norm() if slot in self.slots else nn.Identity() for slot in NORM_SLOTS
             })
-            for sublayer in SUBLAYERS
+            for sublayer in self.sublayers
         })
-        self.gates = nn.ModuleDict({sublayer: residual_gate(self.norm_of(sublayer)) for sublayer in SUBLAYERS})
-        self.joins = nn.ModuleDict({sublayer: make_residual() for sublayer in SUBLAYERS})
+        self.gates = nn.ModuleDict({sublayer: residual_gate(self.norm_of(sublayer))
+                                    for sublayer in self.sublayers})
+        self.joins = nn.ModuleDict({sublayer: make_residual() for sublayer in self.sublayers})
         self.dropout = nn.Dropout(dropout)
 
     def norm_of(self, sublayer: str) -> nn.Module:
@@ -73,7 +83,7 @@ class Block(nn.Module):
     def init_residual_branches(self, n_branches: int) -> None:
         """Let the norms re-initialise their branches (Fixup); run after the model's own init.
         ``n_branches`` counts the residual branches of the whole model."""
-        for sublayer in SUBLAYERS:
+        for sublayer in self.sublayers:
             init_residual_branch(self.norm_of(sublayer), getattr(self, sublayer),
                                  n_branches=n_branches, depth=BRANCH_DEPTH[sublayer])
 
@@ -104,5 +114,6 @@ class Block(nn.Module):
         return self.norms[sublayer]["residual"](self.joins[sublayer](x, y))  # (B, T, D)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # (B, T, D)
-        x = self._residual("attention", x, ctx)
-        return self._residual("feedforward", x, ctx)
+        for sublayer in self.sublayers:
+            x = self._residual(sublayer, x, ctx)
+        return x

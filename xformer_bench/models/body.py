@@ -18,18 +18,22 @@ import torch
 from torch import nn
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.block import SUBLAYERS, Block, needs_final_norm
+from xformer_bench.models.block import Block, needs_final_norm
 from xformer_bench.models.capabilities import Part, check_compatible
+from xformer_bench.models.cross_attention import CrossAttention
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.init import init_weights
 from xformer_bench.models.residual import residual_factory
 from xformer_bench.models.residual_attention import ResidualAttention
 from xformer_bench.models.token_mixer import build_token_mixer
-from xformer_bench.registry import FFN, NORM, POSITION, STACK
+from xformer_bench.registry import ATTENTION, FFN, NORM, POSITION, STACK
 from xformer_bench.stacks import Stack
 
 DECODER = ("a decoder-only LM", frozenset({"causal"}))
 """How the decoder-only LM names itself in errors, and what it needs of the attention."""
+CROSS_DECODER = ("an encoder-decoder's decoder", frozenset({"causal"}))
+"""The decoder of an encoder-decoder: its blocks have three sublayers, which a stack coupling
+two branches (``stack=reversible``) cannot undo, so it provides no ``invertible_blocks``."""
 
 
 def model_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, object],
@@ -49,9 +53,11 @@ def model_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, ob
                  else f"stack={specs['stack']['name']}"
                  if getattr(stack, "shares_blocks", False) else None)
     invertible = model.get("norm_placement", "pre") != "post" and \
-        model.get("residual", "add") == "add"
+        model.get("residual", "add") == "add" and assembly is not CROSS_DECODER
     if shared_by:
         name = shared_by
+    elif assembly is CROSS_DECODER:
+        name = assembly_name
     elif not invertible:
         name = ("model.norm_placement=post" if model.get("norm_placement") == "post"
                 else f"model.residual={model.get('residual')}")
@@ -99,7 +105,8 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
                share_blocks: bool = False, residual: str = "add",
                residual_attention: bool = False, checkpointing: bool = False) -> Body:
     """Position scheme, stack and final norm of the options, checked to go together with each
-    other and with ``assembly`` (one ``ConfigError`` line if not)."""
+    other and with ``assembly`` (one ``ConfigError`` line if not).  The blocks of
+    :data:`CROSS_DECODER` attend over an encoder's output too (exact attention)."""
     if checkpointing and residual_attention:
         raise ConfigError("model.checkpointing=true recomputes each block on its own, but "
                           "model.residual_attention=true passes logits between blocks: "
@@ -113,6 +120,8 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
         placement=norm_placement,
         dropout=dims.dropout,
         make_residual=make_residual,
+        cross_attention=(CrossAttention(dims, ATTENTION.build({"name": "full"}, dims=dims))
+                         if assembly is CROSS_DECODER else None),
     )
     scheme = POSITION.build(position, dims=dims)
     built = STACK.build(stack, dims=dims, make_block=make_block, share_blocks=share_blocks,
@@ -130,12 +139,15 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
     return Body(scheme, built, final_norm, make_norm)
 
 
-def initialise(model: nn.Module, dims: ModelDims, stack: Stack) -> None:
+def initialise(model: nn.Module, dims: ModelDims, *stacks: Stack) -> None:
     """The house initialisation (:func:`~xformer_bench.models.init.init_weights`), then the
-    norms' re-initialisation of their residual branches (Fixup)."""
+    norms' re-initialisation of their residual branches (Fixup), counting the branches of all
+    ``stacks`` (an encoder-decoder has two)."""
     init_weights(model, dims.d_model, dims.n_layers)
-    for block in stack.blocks:
-        block.init_residual_branches(n_branches=len(SUBLAYERS) * dims.n_layers)
+    n_branches = sum(len(stack.blocks[0].sublayers) * dims.n_layers for stack in stacks)
+    for stack in stacks:
+        for block in stack.blocks:
+            block.init_residual_branches(n_branches=n_branches)
 
 
 class Assembly(nn.Module):

@@ -7,6 +7,7 @@ from typing import Any
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.transformer_classifier import TransformerClassifier, encoder_length
 from xformer_bench.models.transformer_lm import TransformerLM
+from xformer_bench.models.transformer_seq2seq import EncoderDecoder
 
 BODY_KEYS = ("norm_placement", "share_blocks", "residual", "residual_attention", "checkpointing")
 """The model keys every assembly's body takes."""
@@ -47,5 +48,15 @@ def build_classifier(config: dict[str, Any], datamodule) -> TransformerClassifie
         *_parts(config), num_classes=datamodule.num_classes, input_kind=kind,
         image_shape=image_shape, patch_size=m["patch_size"],
         pad_id=getattr(datamodule, "pad_id", None), pool=m["pool"],
+        embedding_dim=m["embedding_dim"], **{k: m[k] for k in BODY_KEYS},
+    )
+
+
+def build_seq2seq(config: dict[str, Any], datamodule) -> EncoderDecoder:
+    """The encoder-decoder over the data's shared vocabulary (``vocab_size``, ``pad_id``)."""
+    m = config["model"]
+    return EncoderDecoder(
+        _dims(config, config["data"]["seq_len"], datamodule.vocab_size), *_parts(config),
+        pad_id=datamodule.pad_id, tie_embeddings=m["tie_embeddings"],
         embedding_dim=m["embedding_dim"], **{k: m[k] for k in BODY_KEYS},
     )

@@ -47,6 +47,11 @@ class ForwardContext:
     """Incremental decoding (:meth:`TransformerLM.decode`): the keys and values of the positions
     decoded so far, which each attention application extends with this step's and attends over
     (:mod:`xformer_bench.models.kv_cache`); None: no cache, the sequence is all of ``x``."""
+    encoder_output: torch.Tensor | None = None
+    """(B, S, D): the encoder's final states, which a decoder block's cross-attention attends
+    over (an encoder-decoder sets it for the decoder's forward); None: no encoder."""
+    encoder_padding_mask: torch.Tensor | None = None
+    """(B, S) bool, True at the encoder's padding positions, which cross-attention never reads."""
     aux_losses: list[torch.Tensor] = field(default_factory=list)
     """Scalar losses layers add in training (e.g. expert load balancing), one per application:
     a block applied several times (``model.share_blocks``) adds one each time."""

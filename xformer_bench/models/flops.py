@@ -78,9 +78,11 @@ def _uncounted(packets, known) -> list[str]:
 
 
 def training_step_flops(model: nn.Module, seq_len: int, batch_size: int,
-                        sample: torch.Tensor | None = None) -> FlopCount:
+                        sample: torch.Tensor | tuple[torch.Tensor, ...] | None = None
+                        ) -> FlopCount:
     """Forward + backward FLOPs of ``model`` on a batch of ``batch_size`` sequences of ``seq_len``
-    (``sample``: one example of the model's input, (1, ...); default zero tokens (1, seq_len)).
+    (``sample``: one example of the model's inputs, (1, ...) each: a tensor or a tuple of
+    arguments; default zero tokens (1, seq_len)).
 
     Counted on one sequence and scaled by the batch size (the count is linear in it).
     Attention runs in the math backend here so that its matmuls are visible to the counter;
@@ -91,12 +93,13 @@ def training_step_flops(model: nn.Module, seq_len: int, batch_size: int,
     """
     was_training = model.training
     device = next(model.parameters()).device
-    sample = (torch.zeros(1, seq_len, dtype=torch.long) if sample is None else sample).to(device)
+    sample = torch.zeros(1, seq_len, dtype=torch.long) if sample is None else sample
+    arguments = tuple(a.to(device) for a in (sample if isinstance(sample, tuple) else (sample,)))
     model.eval()
     counter, seen = FlopCounterMode(display=False, custom_mapping=ANALYTIC), _OpsSeen()
     try:
         with sdpa_kernel(SDPBackend.MATH), counter, seen:
-            model(sample).float().mean().backward()
+            model(*arguments).float().mean().backward()
     finally:
         model.train(was_training)
         model.zero_grad(set_to_none=True)

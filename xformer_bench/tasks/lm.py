@@ -107,7 +107,12 @@ class LanguageModelTask(L.LightningModule):
 
 @TASK.register("lm")
 def build(config: dict, datamodule: L.LightningDataModule) -> LanguageModelTask:
-    """The model the config describes over the data's vocabulary, scored per the data's unit."""
+    """The model the config describes over the data's vocabulary, scored per the data's unit.
+    Data with a layout (images: height, width, channels) gives a per-axis position scheme
+    (``factorized``, ``axial``) its grid where ``position.shape`` is left null."""
+    layout = getattr(datamodule, "layout", None)
+    if layout is not None and "shape" in config["position"] and config["position"]["shape"] is None:
+        config = {**config, "position": {**config["position"], "shape": list(layout)}}
     model = build_model(config, datamodule.vocab_size)
     return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"],
                              unit=datamodule.unit)

@@ -19,18 +19,21 @@ from xformer_bench.bench.peak_memory import peak_bytes
 
 
 def training_step_memory(model: nn.Module, seq_len: int, batch_size: int,
-                         vocab_size: int, inputs: torch.Tensor | None = None) -> float:
+                         vocab_size: int,
+                         inputs: torch.Tensor | tuple[torch.Tensor, ...] | None = None) -> float:
     """MiB allocated at the peak of one forward + backward on ``batch_size`` x ``seq_len``
-    random tokens, or on ``inputs`` (a batch of the model's input) when given."""
+    random tokens, or on ``inputs`` (a batch of the model's inputs: a tensor or a tuple of
+    arguments) when given."""
     device = next(model.parameters()).device
-    tokens = (torch.randint(0, vocab_size, (batch_size, seq_len),
-                            generator=torch.Generator().manual_seed(0))
-              if inputs is None else inputs).to(device)
+    if inputs is None:
+        inputs = torch.randint(0, vocab_size, (batch_size, seq_len),
+                               generator=torch.Generator().manual_seed(0))
+    arguments = tuple(a.to(device) for a in (inputs if isinstance(inputs, tuple) else (inputs,)))
     was_training = model.training
     model.eval()
     try:
         with torch.random.fork_rng(devices=[]):  # a part that draws in eval (LSH) draws here
-            peak = peak_bytes(lambda: model(tokens).float().mean().backward(), device)
+            peak = peak_bytes(lambda: model(*arguments).float().mean().backward(), device)
     finally:
         model.train(was_training)
         model.zero_grad(set_to_none=True)

@@ -1,0 +1,99 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017, section 3): a bidirectional encoder over
+the source, a causal decoder over the target whose blocks also attend over the encoder's output
+(:class:`~xformer_bench.models.cross_attention.CrossAttention`), and one token table shared by
+source, target and the output layer (the paper's shared BPE vocabulary and tied weights,
+section 3.4).  ``model.n_layers`` blocks each side (the paper's N = 6 + 6).
+
+The ``attention``, ``norm``, ``activation``, ``position``, ``ffn`` and ``stack`` options apply
+to both sides' self-attention and blocks (each side has its own position scheme and stack);
+cross-attention is exact.  The encoder needs the attention's bidirectional form with a key
+padding mask, the decoder its causal form; a stack that carries memory across segments of one
+stream (Transformer-XL's) has no meaning for independent sentence pairs and is refused.
+Target padding needs no mask: it sits after every real target position, which causal
+attention never lets a real position see, and the loss ignores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from xformer_bench.errors import ConfigError
+from xformer_bench.models.body import CROSS_DECODER, Assembly, build_body, initialise
+from xformer_bench.models.context import ForwardContext
+from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.embedding import TokenEmbedding
+from xformer_bench.models.output_head import OutputHead
+
+ENCODER = ("an encoder over padded inputs", frozenset({"bidirectional", "key_padding_mask"}))
+
+
+class Encoder(nn.Module):
+    """The source side's position scheme, stack and final norm."""
+
+    def __init__(self, position: nn.Module, stack: nn.Module, final_norm: nn.Module):
+        super().__init__()
+        self.position, self.stack, self.final_norm = position, stack, final_norm
+
+
+class EncoderDecoder(Assembly):
+    def __init__(self, dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str, Any],
+                 activation: Mapping[str, Any], position: Mapping[str, Any],
+                 ffn: Mapping[str, Any], stack: Mapping[str, Any], *, pad_id: int,
+                 tie_embeddings: bool = True, embedding_dim: int | None = None,
+                 **body_options: Any):
+        super().__init__()
+        self.dims, self.pad_id = dims, pad_id
+        self.embedding = TokenEmbedding(dims.vocab_size, dims.d_model, embedding_dim)
+        parts = (dims, attention, norm, activation, position, ffn, stack)
+        self.encoder = Encoder(*build_body(*parts, assembly=ENCODER, **body_options)[:3])
+        self.position, self.stack, self.final_norm, _ = build_body(
+            *parts, assembly=CROSS_DECODER, **body_options)
+        if getattr(self.stack, "streams", False):
+            raise ConfigError(f"stack={stack['name']} carries memory from one segment of a "
+                              "stream to the next; an encoder-decoder translates independent "
+                              "sentences: choose another stack")
+        self.dropout = nn.Dropout(dims.dropout)
+        self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings)
+        initialise(self, dims, self.encoder.stack, self.stack)
+
+    def encode(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The encoder's output (B, S, D) over ``source`` (B, S) and its padding (B, S) bool
+        (None when nothing is padded)."""
+        padding = source == self.pad_id  # (B, S)
+        padding = padding if padding.any() else None
+        ctx = ForwardContext(self.encoder.position, causal=False, key_padding_mask=padding)
+        x = self.dropout(self.encoder.position.embed(self.embedding(source)))  # (B, S, D)
+        x = self.encoder.final_norm(self.encoder.stack(x, ctx))
+        self._encoder_auxiliary_loss = ctx.auxiliary_loss()
+        return x, padding
+
+    def decode(self, target: torch.Tensor, encoded: torch.Tensor,
+               padding: torch.Tensor | None) -> torch.Tensor:
+        """Next-token log-probs (B, T, V) after each prefix of ``target`` (B, T), given the
+        encoder's output of the same rows."""
+        ctx = ForwardContext(self.position, causal=True, encoder_output=encoded,
+                             encoder_padding_mask=padding)
+        x = self.dropout(self.position.embed(self.embedding(target)))  # (B, T, D)
+        x = self.final_norm(self.stack(x, ctx))
+        losses = [loss for loss in (self._encoder_auxiliary_loss, ctx.auxiliary_loss())
+                  if loss is not None]
+        self._auxiliary_loss = sum(losses) if losses else None
+        return self.head(x)
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Log-probs (B, T, V) of the token after each target prefix (teacher forcing)."""
+        return self.decode(target, *self.encode(source))
+
+    def example_inputs(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random source and target tokens (for the FLOP and memory probes)."""
+        generator = torch.Generator().manual_seed(0)
+        shape = (batch_size, self.dims.seq_len)
+        low = self.pad_id + 1 if self.pad_id == 0 else 0
+        return tuple(torch.randint(low, self.dims.vocab_size, shape, generator=generator)
+                     for _ in range(2))
+
+    _encoder_auxiliary_loss: torch.Tensor | None = None
