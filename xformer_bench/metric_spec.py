@@ -6,7 +6,8 @@ the run itself, never from a list of datasets.
 
 Language modelling scores bits per evaluated unit, named by the data's unit (:data:`BITS_PER`):
 text per byte (``bpb``), images per dimension -- one colour channel of one pixel --
-(``bits_per_dim``).  Schema-1 records, all byte-level, are read as carrying ``BITS_PER["bytes"]``.
+(``bits_per_dim``), the tokens of a synthetic task per token (``bits_per_token``: over the scored
+positions only, e.g. the copied half of ``data=copy``).  Schema-1 records, all byte-level, are read as carrying ``BITS_PER["bytes"]``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class MetricSpec:
 BITS_PER = {
     "bytes": MetricSpec("bpb", "bpb"),
     "dims": MetricSpec("bits_per_dim", "bits/dim"),
+    "tokens": MetricSpec("bits_per_token", "bits/token"),
 }
 """Evaluated unit -> the metric reporting mean cross-entropy / ln 2 per unit."""
 

@@ -72,7 +72,8 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     flops = training_step_flops(task.model, seq_len, batch_size,
                                 probe(1) if probe else None)
 
-    tokens_per_step = seq_len * batch_size * config["trainer"]["accumulate_grad_batches"]
+    positions = getattr(getattr(task.model, "dims", None), "seq_len", seq_len)  # per example
+    tokens_per_step = positions * batch_size * config["trainer"]["accumulate_grad_batches"]
     throughput, history = Throughput(tokens_per_step), ValidationHistory()
     loggers = build_loggers(config["logger"], run_dir, record)
     trainer = build_trainer(config["trainer"], loggers, [throughput, history], run_dir)
