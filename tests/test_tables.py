@@ -312,3 +312,15 @@ def test_command_errors(tmp_path, capsys):
                  "--experiment", "fixture_positions"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "fixture_positions.csv", "fixture_positions.md", "fixture_positions.tex"]
+
+
+def test_rows_of_a_swept_preset_are_named_by_the_preset_unless_that_is_ambiguous():
+    from xformer_bench.results.variants import _naming_facets
+
+    groups, varying = ["model", "attention", "stack"], ["model", "attention", "stack"]
+    keys = [(("model", "vanilla"), ("attention", "full"), ("stack", "standard")),
+            (("model", "reformer"), ("attention", "lsh"), ("stack", "reversible"))]
+    assert _naming_facets(keys, varying, groups, {"model": ["vanilla", "reformer"]}) == ["model"]
+    keys.append((("model", "reformer"), ("attention", "full"), ("stack", "reversible")))
+    assert _naming_facets(keys, varying, groups, {"model": ["vanilla", "reformer"]}) == varying
+    assert _naming_facets(keys[:2], varying, groups, {}) == varying  # no sweep declared

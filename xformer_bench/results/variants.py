@@ -97,6 +97,16 @@ def sweep_order(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {}
 
 
+def _naming_facets(keys: list[Key], varying: list[str], groups: list[str],
+                   sweep: dict[str, list[str]]) -> list[str]:
+    """The facets a row label names: the swept groups and the differing overrides when they
+    alone tell every row apart (``model=reformer`` picks its attention and stack: the row is
+    "Reformer", not every group the preset chose), else every varying facet."""
+    named = [n for n in varying if n in sweep or n not in groups]
+    distinct = {tuple((n, v) for n, v in key if n in named) for key in keys}
+    return named if named and len(distinct) == len(keys) else varying
+
+
 def group_variants(records: list[dict[str, Any]]) -> list[Variant]:
     """The experiment's variants, in sweep order when declared, else by label."""
     varying, groups = varying_facets(records), row_groups(records)
@@ -105,10 +115,12 @@ def group_variants(records: list[dict[str, Any]]) -> list[Variant]:
         facets = _facets(record, groups)
         by_key.setdefault(tuple((n, facets.get(n, "")) for n in varying), []).append(record)
     sweep = sweep_order(records)
+    named = _naming_facets(list(by_key), varying, groups, sweep)
     variants = []
     for key, members in by_key.items():
         members.sort(key=lambda r: (data_of(r), _seed_order(r["seed"]), r["run_id"]))
-        variants.append(Variant(key, label_of(members[0], key), tuple(members)))
+        label_key = tuple((n, v) for n, v in key if n in named)
+        variants.append(Variant(key, label_of(members[0], label_key), tuple(members)))
 
     def position(variant: Variant) -> tuple:
         ranks = tuple(sweep[n].index(v) if v in sweep.get(n, []) else len(sweep.get(n, []))
