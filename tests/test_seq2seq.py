@@ -46,7 +46,7 @@ def test_source_padding_is_invisible_and_the_source_matters():
 
 
 @pytest.mark.parametrize("stack,words", [("reversible", "encoder-decoder's decoder"),
-                                         ("recurrent", "independent")])
+                                         ("recurrent", "independent"), ("compressive", "independent")])
 def test_stacks_that_cannot_serve_a_translator_are_refused_in_one_line(stack, words):
     with pytest.raises(ConfigError, match=words) as error:
         _model(stack=stack)

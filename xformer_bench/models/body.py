@@ -91,6 +91,15 @@ def build_mixer(attention: Mapping[str, Any], dims: ModelDims,
     return mixer
 
 
+def refuse_streams(stack: Stack, spec: Mapping[str, Any], assembly: str) -> None:
+    """A stack that carries memory from one segment of a stream to the next
+    (Transformer-XL's) has no meaning for independent examples: one ``ConfigError`` line."""
+    if getattr(stack, "streams", False):
+        raise ConfigError(f"stack={spec['name']} carries memory from one segment of a stream "
+                          f"to the next; {assembly} reads independent examples: choose "
+                          "another stack")
+
+
 class Body(NamedTuple):
     position: nn.Module
     stack: Stack

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.body import Assembly, build_body, initialise
+from xformer_bench.models.body import Assembly, build_body, initialise, refuse_streams
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.embedding import TokenEmbedding
@@ -70,6 +70,7 @@ class TransformerClassifier(Assembly):
         self.position, self.stack, self.final_norm, _ = build_body(
             dims, attention, norm, activation, position, ffn, stack,
             assembly=(name, frozenset(needs)), **body_options)
+        refuse_streams(self.stack, stack, "a classifier")
         self.dropout = nn.Dropout(dims.dropout)
         self.head = nn.Linear(dims.d_model, num_classes)
         nn.init.zeros_(self.head.weight)

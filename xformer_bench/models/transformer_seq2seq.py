@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from xformer_bench.errors import ConfigError
-from xformer_bench.models.body import CROSS_DECODER, Assembly, build_body, initialise
+from xformer_bench.models.body import (CROSS_DECODER, Assembly, build_body, initialise,
+                                       refuse_streams)
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.models.embedding import TokenEmbedding
@@ -52,10 +52,7 @@ class EncoderDecoder(Assembly):
         self.encoder = Encoder(*build_body(*parts, assembly=ENCODER, **body_options)[:3])
         self.position, self.stack, self.final_norm, _ = build_body(
             *parts, assembly=CROSS_DECODER, **body_options)
-        if getattr(self.stack, "streams", False):
-            raise ConfigError(f"stack={stack['name']} carries memory from one segment of a "
-                              "stream to the next; an encoder-decoder translates independent "
-                              "sentences: choose another stack")
+        refuse_streams(self.stack, stack, "an encoder-decoder")
         self.dropout = nn.Dropout(dims.dropout)
         self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings)
         initialise(self, dims, self.encoder.stack, self.stack)
