@@ -4,6 +4,7 @@ copy task's bits/token falls, ListOps trains; and inapplicable combinations are 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import compose_config
@@ -75,3 +76,20 @@ def test_inapplicable_combinations_are_one_line_errors(tmp_path, overrides, word
                    *overrides, *(("data.max_length=64", "data.min_length=16", "data.n_val=8",
                                   "data.n_test=8") if "data=listops" in overrides else ()))
     assert "\n" not in str(error.value)
+
+
+def test_a_pixel_lm_draws_a_grid_of_images(tmp_path):
+    from PIL import Image
+
+    from xformer_bench.sample import main as sample
+
+    _write_tarball(tmp_path / "data" / "cifar10", _official_members())
+    record = run_domain(tmp_path, "data=cifar10", "data.resolution=4", "data.seq_len=48",
+                        "data.val_size=4", "data.batch_size=4", "trainer.max_steps=4",
+                        "trainer.checkpoint=true")
+    assert record["layout"] == [4, 4, 3]
+    out = tmp_path / "grid.png"
+    assert sample([record["record_path"], "--grid", "2", "--out", str(out), "--seed", "1"]) == 0
+    image = np.asarray(Image.open(out))
+    assert image.shape == (9, 9, 3)  # 2 x 2 images of 4 x 4 and a one-pixel gap
+    assert (image[4, :] == 255).all() and image[:4, :4].std() > 0  # gap white, samples vary

@@ -65,6 +65,8 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     record.update(records.task_fields(datamodule.task, task.metrics, task.unit))
     if hasattr(datamodule, "eval_protocol"):
         record["eval_protocol"] = datamodule.eval_protocol()
+    if getattr(datamodule, "layout", None) is not None:  # images as sequences: (H, W, C)
+        record["layout"] = list(datamodule.layout)
     seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()

@@ -2,6 +2,7 @@
 
     xbench-sample PATH [--prompt TEXT] [--length N] [--temperature T] [--top-k K] [--top-p P]
                        [--seed S] [--no-cache] [--benchmark] [--device DEV]
+                       [--grid N] [--out FILE.png]         (pixel LM: an N x N grid of images)
 
 PATH is a run record (``results/<experiment>/<run_id>.json``; its checkpoint is
 ``<run_dir>/checkpoints/last.ckpt``) or a checkpoint (``.ckpt``; its record is the run
@@ -94,12 +95,18 @@ class Decoder:
 def generate(model: torch.nn.Module, prompt: torch.Tensor, length: int, window: int, *,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              generator: torch.Generator | None = None, use_cache: bool = True,
-             decoder: Decoder | None = None) -> torch.Tensor:  # (B, P) -> (B, P + length)
-    """``prompt`` followed by ``length`` sampled tokens (``model`` in eval mode)."""
+             decoder: Decoder | None = None,
+             exclude: int | None = None) -> torch.Tensor:  # (B, P) -> (B, P + length)
+    """``prompt`` followed by ``length`` sampled tokens (``model`` in eval mode), never the
+    token ``exclude`` (a pixel LM's beginning-of-image token)."""
     decoder = decoder or Decoder(model, window, use_cache)
     tokens = prompt
     for _ in range(length):
-        probs = sampling_probs(decoder.next_logprobs(tokens), temperature, top_k, top_p)
+        log_probs = decoder.next_logprobs(tokens)  # (B, V)
+        if exclude is not None:
+            log_probs = log_probs.index_fill(-1, torch.tensor([exclude], device=log_probs.device),
+                                             -float("inf"))
+        probs = sampling_probs(log_probs, temperature, top_k, top_p)
         choice = torch.multinomial(probs.cpu(), 1, generator=generator).to(tokens.device)
         tokens = torch.cat([tokens, choice], dim=1)  # (B, N + 1)
     return tokens
@@ -145,9 +152,9 @@ def load_model(record: dict[str, Any], checkpoint: Path, device: str = "cpu") ->
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
     weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     vocab_size = weights["embedding.table.weight"].shape[0]
-    if vocab_size != 256:
+    if vocab_size != 256 and record.get("eval_unit") != "dims":
         raise SampleError(f"run {record.get('run_id')} has a vocabulary of {vocab_size}: "
-                          "xbench-sample samples byte-level models (256)")
+                          "xbench-sample samples byte-level and pixel models")
     model = build_model(record["config"], vocab_size=vocab_size)
     model.load_state_dict(weights)
     return model.to(device).eval()
@@ -180,6 +187,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--benchmark", action="store_true",
                         help="print decode tokens/s with and without the cache")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--grid", type=int, default=4,
+                        help="pixel LM: draw GRID x GRID images (default 4)")
+    parser.add_argument("--out", type=Path, default=Path("samples.png"),
+                        help="pixel LM: the PNG to write (default samples.png)")
     return parser.parse_args(argv)
 
 
@@ -201,6 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.benchmark:
         print(benchmark(model, prompt, args.length, window))
+        return 0
+    if record.get("eval_unit") == "dims":  # a pixel LM draws images
+        from xformer_bench.sample_images import sample_grid, write_png
+
+        grid = sample_grid(model, record.get("layout"), args.grid, window,
+                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                           generator=torch.Generator().manual_seed(args.seed),
+                           use_cache=not args.no_cache)
+        print(write_png(grid, args.out))
         return 0
     generator = torch.Generator().manual_seed(args.seed)
     tokens = generate(model, prompt, args.length, window, temperature=args.temperature,
