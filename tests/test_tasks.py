@@ -44,10 +44,10 @@ def test_the_datamodule_names_the_task_the_run_builds():
 
 
 def test_an_unknown_task_is_one_error_line_before_the_model_is_built():
-    datamodule = SimpleNamespace(task="translate", unit="tokens", vocab_size=256)
+    datamodule = SimpleNamespace(task="summarise", unit="tokens", vocab_size=256)
     with pytest.raises(UnknownVariantError) as error:
         run._build_task(compose_config(*TINY_RUN), datamodule)
-    assert str(error.value).startswith("unknown task 'translate'; choose one of: ")
+    assert str(error.value).startswith("unknown task 'summarise'; choose one of: ")
     assert "\n" not in str(error.value)
 
 
