@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from xformer_bench.data.example_batches import ExampleDataModule
-from xformer_bench.data.seeded_examples import SeededExamples
+from xformer_bench.data.seeded_examples import seeded_splits, split_sizes
 from xformer_bench.errors import ConfigError
 from xformer_bench.registry import DATA
 from xformer_bench.targets import IGNORE_INDEX
@@ -56,9 +56,8 @@ class AssociativeRecallDataModule(ExampleDataModule):
         def make(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
             return recall_example(rng, n_pairs, n_keys, n_values)
 
-        splits = {split: SeededExamples(n, make, data_seed=data_seed, task_key=TASK_KEY, split=split)
-                  for split, n in sizes.items()}
-        super().__init__(splits, batch_size, seed, **loader)
+        super().__init__(seeded_splits(sizes, make, data_seed=data_seed, task_key=TASK_KEY),
+                         batch_size, seed, **loader)
 
 
 @DATA.register("associative_recall")
@@ -71,10 +70,7 @@ def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, n_pairs: i
     if seq_len != 2 * n_pairs + 1:
         raise ConfigError(f"data.seq_len={seq_len} but {n_pairs} pairs and a query are "
                           f"{2 * n_pairs + 1} input tokens: set data.seq_len={2 * n_pairs + 1}")
-    for key, n in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
-        if n < 1:
-            raise ConfigError(f"data.{key}={n}: every split needs at least one example")
     return AssociativeRecallDataModule(n_pairs=n_pairs, n_keys=n_keys, n_values=n_values,
-                                       sizes={"train": n_train, "val": n_val, "test": n_test},
+                                       sizes=split_sizes(n_train, n_val, n_test),
                                        data_seed=data_seed, batch_size=batch_size, seed=seed,
                                        **loader)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from xformer_bench.data.step_datamodule import StepDataModule
 from xformer_bench.errors import ConfigError
 from xformer_bench.targets import IGNORE_INDEX
 
@@ -150,7 +150,7 @@ class StreamEvalWindows(Dataset):
         return inputs, targets
 
 
-class ByteLMDataModule(L.LightningDataModule):
+class ByteLMDataModule(StepDataModule):
     task = "lm"        # trained and scored by tasks/lm.py
     unit = "bytes"     # what evaluation counts: the metric is bits per byte
     vocab_size = 256
@@ -194,19 +194,9 @@ class ByteLMDataModule(L.LightningDataModule):
     def split_bytes(self, split: str) -> int:
         return len(self.splits[split])
 
-    def _loader(self, dataset: Dataset, sampler=None) -> DataLoader:
-        return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=self.num_workers,
-                          pin_memory=torch.cuda.is_available())
-
-    def _rank(self) -> tuple[int, int]:
-        trainer = self.trainer
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
         rank, world = self._rank()
-        total = trainer.max_steps * trainer.accumulate_grad_batches if trainer else 1 << 30
-        start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
+        start, total = self._training_steps()
         if self.stream_memory is not None:
             dataset = StreamWindows(self.splits["train"], self.seq_len, self.batch_size,
                                     seed=self.seed, steps=total, shard=rank, n_shards=world)
@@ -223,12 +213,6 @@ class ByteLMDataModule(L.LightningDataModule):
                                                   n_shards=world))
         return self._loader(EvalWindows(data, self.seq_len, size, shard=rank, n_shards=world,
                                         stride=self.eval_stride))
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")
 
 
 def split_by_fraction(data: np.ndarray, fractions: tuple[float, float, float]) -> dict[str, np.ndarray]:

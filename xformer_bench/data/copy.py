@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from xformer_bench.data.example_batches import ExampleDataModule
-from xformer_bench.data.seeded_examples import SeededExamples
+from xformer_bench.data.seeded_examples import seeded_splits, split_sizes
 from xformer_bench.errors import ConfigError
 from xformer_bench.registry import DATA
 from xformer_bench.targets import IGNORE_INDEX
@@ -53,9 +53,8 @@ class CopyDataModule(ExampleDataModule):
         def make(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
             return copy_example(rng, length, n_symbols)
 
-        splits = {split: SeededExamples(n, make, data_seed=data_seed, task_key=TASK_KEY, split=split)
-                  for split, n in sizes.items()}
-        super().__init__(splits, batch_size, seed, **loader)
+        super().__init__(seeded_splits(sizes, make, data_seed=data_seed, task_key=TASK_KEY),
+                         batch_size, seed, **loader)
 
 
 @DATA.register("copy")
@@ -67,9 +66,6 @@ def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, length: in
     if seq_len != 2 * length:
         raise ConfigError(f"data.seq_len={seq_len} but a copy of data.length={length} symbols "
                           f"is {2 * length} input tokens: set data.seq_len={2 * length}")
-    for key, n in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
-        if n < 1:
-            raise ConfigError(f"data.{key}={n}: every split needs at least one example")
     return CopyDataModule(length=length, n_symbols=n_symbols, data_seed=data_seed,
-                          sizes={"train": n_train, "val": n_val, "test": n_test},
+                          sizes=split_sizes(n_train, n_val, n_test),
                           batch_size=batch_size, seed=seed, **loader)

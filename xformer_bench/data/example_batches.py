@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from xformer_bench.data.step_datamodule import StepDataModule
 
 
 class Examples(Protocol):
@@ -83,7 +84,7 @@ class EvaluationBatches(Dataset):
         return self.examples.batch(indices, None)
 
 
-class ExampleDataModule(L.LightningDataModule):
+class ExampleDataModule(StepDataModule):
     """A datamodule over fixed ``train`` / ``val`` / ``test`` :class:`Examples`.  Subclasses
     (or the builder) set the class attributes the task reads: ``task``, ``unit`` and the
     task's own (see :mod:`xformer_bench.data`)."""
@@ -102,19 +103,9 @@ class ExampleDataModule(L.LightningDataModule):
     def split_size(self, split: str) -> int:
         return len(self.splits[split])
 
-    def _loader(self, dataset: Dataset, sampler=None) -> DataLoader:
-        return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=self.num_workers,
-                          pin_memory=torch.cuda.is_available())
-
-    def _rank(self) -> tuple[int, int]:
-        trainer = self.trainer
-        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
         rank, world = self._rank()
-        total = trainer.max_steps * trainer.accumulate_grad_batches if trainer else 1 << 30
-        start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
+        start, total = self._training_steps()
         dataset = TrainingBatches(self.splits["train"], self.batch_size, self.seed, total,
                                   rank=rank, world=world)
         return self._loader(dataset, sampler=range(start, total))
@@ -123,9 +114,3 @@ class ExampleDataModule(L.LightningDataModule):
         rank, world = self._rank()
         return self._loader(EvaluationBatches(self.splits[split], self.eval_batch_size,
                                               rank=rank, world=world))
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")

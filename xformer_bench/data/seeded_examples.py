@@ -10,6 +10,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from xformer_bench.errors import ConfigError
+
 SPLIT_KEYS = {"train": 0, "val": 1, "test": 2}
 
 
@@ -35,3 +37,20 @@ class SeededExamples:
         inputs = np.stack([p[0] for p in pairs]).astype(np.int64)
         targets = np.stack([p[1] for p in pairs]).astype(np.int64)
         return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+
+def split_sizes(n_train: int, n_val: int, n_test: int) -> dict[str, int]:
+    """``{split: examples}``; a one-line ConfigError for an empty split."""
+    sizes = {"train": n_train, "val": n_val, "test": n_test}
+    for split, n in sizes.items():
+        if n < 1:
+            key = {"train": "n_train", "val": "n_val", "test": "n_test"}[split]
+            raise ConfigError(f"data.{key}={n}: every split needs at least one example")
+    return sizes
+
+
+def seeded_splits(sizes: dict[str, int], make: Callable, *, data_seed: int,
+                  task_key: int) -> dict[str, SeededExamples]:
+    """One :class:`SeededExamples` per split, of the sizes asked for."""
+    return {split: SeededExamples(n, make, data_seed=data_seed, task_key=task_key, split=split)
+            for split, n in sizes.items()}

@@ -2,27 +2,35 @@
 Vaswani et al. (2017, section 6.1) decode WMT: beam 4, length penalty alpha = 0.6, at most
 source length + 50 tokens.
 
-A hypothesis Y (its generated tokens, the final eos included) scores ``log P(Y) / lp(Y)`` with
-GNMT's length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; alpha = 0:
-plain log-probability).  Each step expands every live hypothesis of an example by every token,
-keeps the best ``2 * beam`` candidates by log-probability, files those among the best
-``beam`` that end in eos as finished (as fairseq does), and keeps the best ``beam`` others
-alive; at the example's ``max_len`` the live ones
-are finished as they are.
+Scoring.  A finished hypothesis Y scores ``log P(Y) / lp(Y)`` with GNMT's length penalty
+``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14), |Y| counting the generated
+tokens, the final eos included (bos not); alpha = 0 is plain log-probability.
 
-Stopping: an example stops when it has ``beam`` finished hypotheses, or when no live one can
-still beat its best finished one.  The second test is exact for alpha >= 0: log-probabilities
-only fall as tokens are added and ``lp`` only grows, so a live hypothesis with log-probability
-s < 0 can end at best at ``s / lp(max_len)``.  (The first is the usual approximation of beam
-search; with a beam as wide as the search space it never fires before the second, and the
-search is exact.)  ``beam == 1`` is greedy decoding.
+Each step expands every live hypothesis of an example by every token and takes the best
+``2 * beam`` candidates by log-probability.  Those among the best ``beam`` of them that end in
+eos are finished (an eos ranked lower is dropped, as in fairseq's SequenceGenerator and
+Hugging Face's BeamSearchScorer: with ``beam == 1`` this makes the search the greedy argmax
+chain).  The best ``beam`` others stay alive.  At the example's ``max_len`` (eos counts as a
+generated token) the live ones are finished as they are.  Candidates of probability zero
+(log-probability -inf) are never kept.
 
-All live hypotheses of all unfinished examples go to the model in one call per step; the model
-recomputes each prefix whole (no key/value cache).
+Stopping.  An example stops when (a) it has no live hypothesis, or (b) it has ``beam``
+finished ones, or (c) its best finished score is at least ``max(live log P) / lp(max_len)``.
+(c) is exact for alpha >= 0: log-probabilities only fall as tokens are added and ``lp`` only
+grows with length, so a live hypothesis with log-probability s <= 0 ends at best at
+``s / lp(max_len)``.  (b) is the usual approximation of beam search (fairseq, Hugging Face's
+``early_stopping=True``).  Stopping only on "``beam`` finished *and* (c)" would break greedy
+decoding at ``beam == 1``: a finished eos and the runner-up kept alive can later win on the
+length penalty.  With a beam as wide as the search space (``beam >= V ** max_len``) nothing is
+pruned and (b) cannot fire before the last step, so the search is exact.
+
+All live hypotheses of all unfinished examples go to the model in one call per step, examples
+that stopped dropped; the model recomputes each prefix whole (no key/value cache).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -31,70 +39,91 @@ NextLogProbs = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``(prefixes (N, t) long, rows (N,) long) -> (N, V)`` next-token log-probabilities; ``rows[n]``
 is the batch example prefix ``n`` continues."""
 
+Hypothesis = tuple[float, list[int]]
+"""(log-probability while live, penalised score once finished; generated tokens)."""
+
 
 def length_penalty_of(length: int, alpha: float) -> float:
-    """GNMT's ``((5 + |Y|) / 6) ** alpha``."""
+    """GNMT's ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14)."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
 def beam_search(next_log_probs: NextLogProbs, batch_size: int, *, bos_id: int, eos_id: int,
                 beam: int, max_len: int | torch.Tensor, length_penalty: float = 0.6,
                 device: torch.device | None = None) -> list[list[int]]:
-    """The best hypothesis of each example: its generated tokens without bos and final eos."""
+    """The best hypothesis of each example under the length-penalised score: its generated
+    tokens without bos and without the final eos.  ``max_len`` (int or (batch_size,)) is the
+    most tokens generated per example, eos included; ``beam == 1`` is greedy decoding."""
     if beam < 1:
-        raise ValueError(f"eval.beam={beam} must be at least 1")
-    limits = (max_len.tolist() if isinstance(max_len, torch.Tensor)
-              else [int(max_len)] * batch_size)
-    live: list[list[tuple[float, list[int]]]] = [[(0.0, [])] for _ in range(batch_size)]
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch_size)]
+        raise ValueError(f"beam={beam} must be at least 1")
+    if length_penalty < 0:
+        raise ValueError(f"length_penalty={length_penalty} must be >= 0 (the stopping bound "
+                         "assumes the penalty grows with length)")
+    limits = torch.as_tensor(max_len).expand(batch_size).tolist()
+    live: list[list[Hypothesis]] = [[(0.0, [])] for _ in range(batch_size)]
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     active = [b for b in range(batch_size) if limits[b] > 0]
     step = 0
     while active:
         step += 1
-        rows = [b for b in active for _ in live[b]]
-        prefixes = torch.tensor([[bos_id] + tokens for b in active for _, tokens in live[b]],
+        prefixes = torch.tensor([[bos_id, *tokens] for b in active for _, tokens in live[b]],
                                 dtype=torch.long, device=device)  # (N, step)
-        log_probs = next_log_probs(prefixes, torch.tensor(rows, device=device)).float()  # (N, V)
-        start = 0
-        for b in active:
-            n = len(live[b])
-            _expand(b, log_probs[start:start + n], live, finished, beam, eos_id, step,
-                    limits[b], length_penalty)
-            start += n
+        rows = torch.tensor([b for b in active for _ in live[b]], device=device)  # (N,)
+        log_probs = next_log_probs(prefixes, rows).float()  # (N, V)
+        best, where = _top_candidates(log_probs, [live[b] for b in active], beam)  # (A, k) each
+        for b, scores, flats in zip(active, best.tolist(), where.tolist()):
+            live[b], done = _select(live[b], scores, flats, log_probs.shape[1], beam=beam,
+                                    eos_id=eos_id, step=step, limit=limits[b],
+                                    alpha=length_penalty)
+            finished[b] += done
         active = [b for b in active
                   if not _done(live[b], finished[b], beam, limits[b], length_penalty)]
-    return [max(f, key=lambda item: item[0])[1] if f else [] for f in finished]
+    return [max(f, key=lambda hyp: hyp[0])[1] if f else [] for f in finished]
 
 
-def _expand(b: int, log_probs: torch.Tensor, live: list, finished: list, beam: int,
-            eos_id: int, step: int, limit: int, alpha: float) -> None:
-    """One step of example ``b``: its n live hypotheses' log-probs (n, V) -> new live and
-    newly finished hypotheses."""
-    scores = torch.tensor([s for s, _ in live[b]], device=log_probs.device)  # (n,)
-    totals = (scores[:, None] + log_probs).flatten()  # (n V,)
-    k = min(2 * beam, totals.numel())
-    best, where = totals.topk(k)
-    vocab = log_probs.shape[1]
+def _top_candidates(log_probs: torch.Tensor, beams: list[list[Hypothesis]],
+                    beam: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best ``2 * beam`` expansions of each active example by cumulative log-probability:
+    (A, k) scores and (A, k) flat indices ``slot * V + token`` into its live hypotheses.  The
+    examples' hypotheses are padded to the widest beam with -inf."""
+    device, vocab = log_probs.device, log_probs.shape[1]
+    width = max(len(hyps) for hyps in beams)
+    example, slot = torch.tensor([(a, i) for a, hyps in enumerate(beams)
+                                  for i in range(len(hyps))], device=device).T  # (N,) each
+    past = torch.tensor([score for hyps in beams for score, _ in hyps], device=device)  # (N,)
+    totals = log_probs.new_full((len(beams), width, vocab), -math.inf)  # (A, W, V)
+    totals[example, slot] = past[:, None] + log_probs
+    return totals.flatten(1).topk(min(2 * beam, width * vocab))  # (A, k), (A, k)
+
+
+def _select(hyps: list[Hypothesis], scores: list[float], flats: list[int], vocab: int, *,
+            beam: int, eos_id: int, step: int, limit: int,
+            alpha: float) -> tuple[list[Hypothesis], list[Hypothesis]]:
+    """One example's step from its ranked candidates: (the new live hypotheses, the newly
+    finished ones with their penalised scores)."""
     penalty = length_penalty_of(step, alpha)
-    kept: list[tuple[float, list[int]]] = []
-    for rank, (score, flat) in enumerate(zip(best.tolist(), where.tolist())):
-        tokens = live[b][flat // vocab][1]
-        token = flat % vocab
+    kept: list[Hypothesis] = []
+    done: list[Hypothesis] = []
+    for rank, (score, flat) in enumerate(zip(scores, flats)):
+        if score == -math.inf:  # padding, or a token of probability zero: so are all after
+            break
+        tokens, token = hyps[flat // vocab][1], flat % vocab
         if token == eos_id:
-            if rank < beam:  # an eos below the best `beam` candidates is not a finished one
-                finished[b].append((score / penalty, tokens))
+            if rank < beam:
+                done.append((score / penalty, tokens))
         elif len(kept) < beam:
             kept.append((score, tokens + [token]))
     if step >= limit:  # out of length: finished as they are
-        finished[b].extend((score / penalty, tokens) for score, tokens in kept)
+        done += [(score / penalty, tokens) for score, tokens in kept]
         kept = []
-    live[b] = kept
+    return kept, done
 
 
-def _done(live: list, finished: list, beam: int, limit: int, alpha: float) -> bool:
+def _done(live: list[Hypothesis], finished: list[Hypothesis], beam: int, limit: int,
+          alpha: float) -> bool:
+    """The stopping rule (a)-(c) of the module docstring."""
     if not live or len(finished) >= beam:
         return True
-    if not finished:
-        return False
-    best_possible = max(s for s, _ in live) / length_penalty_of(limit, alpha)
-    return max(s for s, _ in finished) >= best_possible
+    best_live = max(score for score, _ in live)
+    return bool(finished) and (max(score for score, _ in finished)
+                               >= best_live / length_penalty_of(limit, alpha))

@@ -10,30 +10,27 @@ from __future__ import annotations
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torchmetrics import SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from xformer_bench.metric_spec import MetricSpec
 from xformer_bench.models.build import build_classifier
 from xformer_bench.tasks import TASK
-from xformer_bench.tasks.optimization import adamw_with_schedule, check_finite
+from xformer_bench.tasks.base import Task
+from xformer_bench.tasks.optimization import check_finite
 
 TOP1 = MetricSpec("top1", "top-1 %", higher_is_better=True, digits=1, scale=100.0)
 TOP5 = MetricSpec("top5", "top-5 %", higher_is_better=True, digits=1, scale=100.0)
 
 
-class ClassificationTask(L.LightningModule):
+class ClassificationTask(Task):
     unit = "examples"
 
     def __init__(self, model: torch.nn.Module, num_classes: int, optim: dict, max_steps: int):
-        super().__init__()
-        self.model, self.optim, self.max_steps = model, dict(optim), max_steps
+        super().__init__(model, optim, max_steps)
         self.metrics = (TOP1, TOP5) if num_classes > 5 else (TOP1,)
         self.accuracy = torch.nn.ModuleDict({
             spec.name: MulticlassAccuracy(num_classes, top_k=int(spec.name[3:]), average="micro")
             for spec in self.metrics})
-        self.eval_nats, self.eval_count = SumMetric(), SumMetric()
-        self.evaluated_units: dict[str, int] = {}
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # -> (B, classes) logits
         return self.model(inputs)
@@ -51,7 +48,7 @@ class ClassificationTask(L.LightningModule):
             self.log("train/aux_loss", auxiliary)
         return loss
 
-    def _eval_step(self, batch) -> None:
+    def _eval_step(self, batch, split: str) -> None:
         inputs, labels = batch
         logits = self.model(inputs).float()
         self.eval_nats.update(F.cross_entropy(logits, labels, reduction="sum"))
@@ -60,30 +57,11 @@ class ClassificationTask(L.LightningModule):
             metric.update(logits, labels)
 
     def _eval_end(self, split: str) -> None:
-        nats, n = self.eval_nats.compute(), self.eval_count.compute()
-        self.eval_nats.reset()
-        self.eval_count.reset()
-        self.evaluated_units[split] = int(n)
-        self.log(f"{split}/loss", nats / n, prog_bar=split == "val", sync_dist=False)
+        self._split_loss(split)
         for spec in self.metrics:
             metric = self.accuracy[spec.name]
             self.log(spec.key(split), metric.compute(), prog_bar=split == "val", sync_dist=False)
             metric.reset()
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch)
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_end("val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch)
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_end("test")
-
-    def configure_optimizers(self):
-        return adamw_with_schedule(self, self.optim, self.max_steps)
 
 
 @TASK.register("classify")

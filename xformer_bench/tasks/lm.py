@@ -14,13 +14,13 @@ import math
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torchmetrics import SumMetric
 
 from xformer_bench.models.build import build_model
 from xformer_bench.targets import IGNORE_INDEX
 from xformer_bench.tasks import TASK
 from xformer_bench.metric_spec import bits_metric
-from xformer_bench.tasks.optimization import adamw_with_schedule, check_finite
+from xformer_bench.tasks.base import Task
+from xformer_bench.tasks.optimization import check_finite
 
 LN2 = math.log(2.0)
 
@@ -29,19 +29,13 @@ def bits_per_unit(nats_sum: torch.Tensor, n_units: torch.Tensor) -> torch.Tensor
     return nats_sum / n_units / LN2
 
 
-class LanguageModelTask(L.LightningModule):
+class LanguageModelTask(Task):
     def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int,
                  unit: str = "bytes"):
-        super().__init__()
-        self.model = model
-        self.optim = dict(optim)
-        self.max_steps = max_steps
+        super().__init__(model, optim, max_steps)
         self.unit = unit
         self.bits = bits_metric(unit)
         self.metrics = (self.bits,)
-        self.eval_nats = SumMetric()
-        self.eval_units = SumMetric()
-        self.evaluated_units: dict[str, int] = {}
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
         return self.model(tokens)
@@ -63,16 +57,12 @@ class LanguageModelTask(L.LightningModule):
             self.log("train/aux_loss", auxiliary)
         return loss
 
-    def _eval_step(self, batch) -> None:
+    def _eval_step(self, batch, split: str) -> None:
         self.eval_nats.update(self._nats(batch, "sum"))
-        self.eval_units.update((batch[1] != IGNORE_INDEX).sum())
+        self.eval_count.update((batch[1] != IGNORE_INDEX).sum())
 
     def _eval_end(self, split: str) -> None:
-        nats, n = self.eval_nats.compute(), self.eval_units.compute()
-        self.eval_nats.reset()
-        self.eval_units.reset()
-        self.evaluated_units[split] = int(n)
-        self.log(f"{split}/loss", nats / n, prog_bar=split == "val", sync_dist=False)
+        nats, n = self._split_loss(split)
         self.log(self.bits.key(split), bits_per_unit(nats, n), prog_bar=split == "val",
                  sync_dist=False)
 
@@ -88,21 +78,6 @@ class LanguageModelTask(L.LightningModule):
 
     def on_test_epoch_start(self) -> None:
         self._reset_memory(False)
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch)
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_end("val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch)
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_end("test")
-
-    def configure_optimizers(self):
-        return adamw_with_schedule(self, self.optim, self.max_steps)
 
 
 @TASK.register("lm")

@@ -16,13 +16,13 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from sacrebleu.metrics import BLEU as SacreBLEU
-from torchmetrics import SumMetric
 
 from xformer_bench.metric_spec import MetricSpec
 from xformer_bench.models.beam_search import beam_search
 from xformer_bench.models.build import build_seq2seq
 from xformer_bench.tasks import TASK
-from xformer_bench.tasks.optimization import adamw_with_schedule, check_finite
+from xformer_bench.tasks.base import Task
+from xformer_bench.tasks.optimization import check_finite
 
 BLEU = MetricSpec("bleu", "BLEU", higher_is_better=True, digits=2)
 
@@ -36,23 +36,20 @@ def gather_objects(items: list) -> list:
     return [item for part in gathered for item in part]
 
 
-class TranslationTask(L.LightningModule):
+class TranslationTask(Task):
     unit = "tokens"
     metrics = (BLEU,)
 
     def __init__(self, model: torch.nn.Module, datamodule, optim: dict, max_steps: int,
                  eval_options: dict):
-        super().__init__()
-        self.model, self.optim, self.max_steps = model, dict(optim), max_steps
+        super().__init__(model, optim, max_steps)
         self.label_smoothing = float(optim.get("label_smoothing", 0.0))
         self.ids = {k: getattr(datamodule, f"{k}_id") for k in ("pad", "bos", "eos")}
         self.detokenise, self.references = datamodule.decode, datamodule.references
         self.beam = {"val": 1, "test": int(eval_options.get("beam", 4))}
         self.length_penalty = float(eval_options.get("length_penalty", 0.6))
         self.max_extra_len = int(eval_options.get("max_extra_len", 50))
-        self.eval_nats, self.eval_tokens = SumMetric(), SumMetric()
         self.hypotheses: list[tuple[int, str]] = []
-        self.evaluated_units: dict[str, int] = {}
         self.signature: str | None = None
 
     def _log_probs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,15 +85,12 @@ class TranslationTask(L.LightningModule):
         log_probs, gold = self._log_probs(batch)
         self.eval_nats.update(F.cross_entropy(log_probs.flatten(0, 1).float(), gold.flatten(),
                                               ignore_index=self.ids["pad"], reduction="sum"))
-        self.eval_tokens.update((gold != self.ids["pad"]).sum())
+        self.eval_count.update((gold != self.ids["pad"]).sum())
         for i, ids in zip(index.tolist(), self.translate(source, self.beam[split])):
             self.hypotheses.append((i, self.detokenise(ids)))
 
     def _eval_end(self, split: str) -> None:
-        nats, n = self.eval_nats.compute(), self.eval_tokens.compute()
-        self.eval_nats.reset()
-        self.eval_tokens.reset()
-        self.evaluated_units[split] = int(n)
+        self._split_loss(split)
         found = dict(gather_objects(self.hypotheses))
         self.hypotheses = []
         references = self.references(split)
@@ -104,7 +98,6 @@ class TranslationTask(L.LightningModule):
         bleu = SacreBLEU()
         score = bleu.corpus_score([found[i] for i in order], [[references[i] for i in order]])
         self.signature = str(bleu.get_signature())
-        self.log(f"{split}/loss", nats / n, prog_bar=split == "val", sync_dist=False)
         self.log(BLEU.key(split), float(score.score), prog_bar=split == "val", sync_dist=False)
 
     def record_fields(self) -> dict:
@@ -113,21 +106,6 @@ class TranslationTask(L.LightningModule):
                 "decoding": {"val": "greedy", "test": f"beam {self.beam['test']}",
                              "length_penalty": self.length_penalty,
                              "max_extra_len": self.max_extra_len}}
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_end("val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_end("test")
-
-    def configure_optimizers(self):
-        return adamw_with_schedule(self, self.optim, self.max_steps)
 
 
 @TASK.register("translate")

@@ -1,0 +1,52 @@
+"""What every task shares: the model, AdamW under the house schedule, and evaluation over
+whole splits -- Lightning's validation / test hooks routed to ``_eval_step(batch, split)`` and
+``_eval_end(split)``, with the split's summed loss and count accumulated across ranks
+(torchmetrics ``SumMetric``) before dividing, so padding and short last batches never dilute it.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torchmetrics import SumMetric
+
+from xformer_bench.tasks.optimization import adamw_with_schedule
+
+
+class Task(L.LightningModule):
+    def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int):
+        super().__init__()
+        self.model, self.optim, self.max_steps = model, dict(optim), max_steps
+        self.eval_nats, self.eval_count = SumMetric(), SumMetric()
+        self.evaluated_units: dict[str, int] = {}
+
+    def _eval_step(self, batch, split: str) -> None:
+        raise NotImplementedError
+
+    def _eval_end(self, split: str) -> None:
+        raise NotImplementedError
+
+    def _split_loss(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The split's summed nats and unit count (then reset); logs ``<split>/loss``, their
+        ratio, and records the count in ``evaluated_units``."""
+        nats, n = self.eval_nats.compute(), self.eval_count.compute()
+        self.eval_nats.reset()
+        self.eval_count.reset()
+        self.evaluated_units[split] = int(n)
+        self.log(f"{split}/loss", nats / n, prog_bar=split == "val", sync_dist=False)
+        return nats, n
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_end("val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_end("test")
+
+    def configure_optimizers(self):
+        return adamw_with_schedule(self, self.optim, self.max_steps)
