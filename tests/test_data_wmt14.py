@@ -100,9 +100,9 @@ def test_a_second_build_reuses_the_tokenizer_and_the_token_cache(tmp_path, folde
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("text", ["Die Straße ist grün.", "  two  leading, «three»   inside  ",
-                                  "naïve café – “quoted”!?", "unseen: 日本語 😀 \t tab", "",
-                                  "literal <s> and </s> and <pad>"])
+@pytest.mark.parametrize("text", [
+    "Die Straße ist grün.", "  two  leading, «three»   inside  ", "naïve café – “quoted”!?",
+    "unseen: 日本語 😀 \t tab", "", "literal <s> and </s> and <pad>"])
 def test_decode_inverts_encode_exactly(tmp_path, folder, text):
     dm = _build(tmp_path / "data", path=str(folder[0]))
     ids = dm.encode(text)
@@ -250,3 +250,63 @@ def test_the_yaml_builds_and_documents_its_defaults(tmp_path, folder):
     spec.update(path=str(folder[0]), vocab_size=400)
     dm = DATA.build(spec, seed=0, data_dir=str(tmp_path / "data"))
     assert dm.split_size("train") == 200 and dm.batch_size == spec["batch_size"]
+
+
+def test_a_tiny_translation_run_trains_and_scores_every_sentence(tmp_path, folder):
+    from conftest import compose_config
+    from xformer_bench.config import choice_groups
+    from xformer_bench.run import execute
+
+    overrides = ["data=wmt14", f"data.path={folder[0]}", f"paths.data_dir={tmp_path / 'data'}",
+                 "data.vocab_size=400", "data.seq_len=64", "data.max_source_len=40",
+                 "data.max_target_len=40", "data.batch_size=4", "data.eval_batch_size=16",
+                 "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64",
+                 "trainer.max_steps=4", "optim.warmup_steps=2", "trainer.progress_bar=false",
+                 "logger=none", "eval.max_extra_len=5", f"paths.results_dir={tmp_path / 'results'}"]
+    config = compose_config(*overrides)
+    choices = {g: config[g]["name"] for g in choice_groups() if "name" in config.get(g, {})}
+    record = execute(config, choices, overrides, tmp_path / "run")
+    assert record["status"] == "finished" and "test/bleu" in record["test"]
+    assert record["bleu_signature"].startswith("nrefs:1")
+
+
+def test_a_save_to_disk_folder_is_read_with_datasets(tmp_path):
+    import datasets
+
+    pairs = {"train": _pairs(60, 0), "validation": _pairs(7, 1), "test": _pairs(9, 2)}
+    datasets.DatasetDict({
+        split: datasets.Dataset.from_dict({"translation": [{"de": t, "en": s} for s, t in p]})
+        for split, p in pairs.items()}).save_to_disk(str(tmp_path / "wmt14" / "de-en"))
+    dm = _build(tmp_path, subset=50, direction="de-en")
+    assert dm.split_size("train") == 50 and (dm.src_lang, dm.tgt_lang) == ("de", "en")
+    assert dm.references("test") == [s for s, _ in pairs["test"]]
+
+
+def test_an_unreachable_hub_online_is_one_line_too(tmp_path, monkeypatch):
+    from xformer_bench.data import wmt14
+
+    def unreachable(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(wmt14, "offline", lambda: False)
+    monkeypatch.setattr(wmt14.socket, "create_connection", unreachable)
+    with pytest.raises(MissingDataError, match=r"download failed \(OSError: network") as error:
+        _build(tmp_path)
+    assert "\n" not in str(error.value) and "data.path=DIR" in str(error.value)
+
+
+def test_parquet_without_a_translation_struct_is_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "wmt14" / "de-en"
+    folder.mkdir(parents=True)
+    for split in ("train", "validation", "test"):
+        pq.write_table(pa.table({"de": ["Hallo"], "en": ["Hello"]}),
+                       folder / f"{split}-00000-of-00001.parquet")
+    with pytest.raises(MissingDataError, match=r"'translation' column of \{en, de\}") as error:
+        _build(tmp_path)
+    assert "\n" not in str(error.value)
+    (folder / "test-00000-of-00001.parquet").unlink()
+    with pytest.raises(MissingDataError, match="none for test"):
+        _build(tmp_path)

@@ -69,11 +69,17 @@ def _file_stats(files: list[Path], root: Path) -> list[tuple[str, int]]:
     return sorted((str(p.relative_to(root)), p.stat().st_size) for p in files)
 
 
-def _texts(table, languages: tuple[str, ...]) -> dict[str, list[str]]:
+def _texts(table, languages: tuple[str, ...], where: Path) -> dict[str, list[str]]:
     """``{language: sentences}`` of an arrow table's ``translation`` struct column."""
-    if "translation" not in table.column_names:
-        raise MissingDataError(f"expected a 'translation' column of {{language: sentence}}, "
-                               f"found {table.column_names}")
+    import pyarrow as pa
+
+    kind = table.schema.field("translation").type if "translation" in table.column_names else None
+    struct = kind is not None and pa.types.is_struct(kind)
+    names = {kind.field(i).name for i in range(kind.num_fields)} if struct else set()
+    if not set(languages) <= names:
+        raise MissingDataError(f"{where}: expected a 'translation' column of "
+                               f"{{{', '.join(languages)}}} sentences, found columns "
+                               f"{table.column_names} ({kind})")
     out: dict[str, list[str]] = {lang: [] for lang in languages}
     for chunk in table.column("translation").chunks:
         for lang in languages:
@@ -93,8 +99,9 @@ class ParquetShards:
         found = [s for s, files in self.shards.items() if files]
         if found and len(found) < len(SPLITS):
             missing = [HF_SPLITS[s] for s in SPLITS if s not in found]
+            patterns = ", ".join(f"{m}-*.parquet" for m in missing)
             raise MissingDataError(f"{self.folder} holds parquet shards but none for "
-                                   f"{', '.join(missing)} ({'-*.parquet, '.join(missing)}-*.parquet)")
+                                   f"{', '.join(missing)} ({patterns})")
         return bool(found)
 
     def identity(self) -> str:
@@ -102,18 +109,17 @@ class ParquetShards:
         return json.dumps({"parquet": _file_stats(files, self.folder)})
 
     def read(self, split: str, limit: int | None = None) -> dict[str, list[str]]:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         out: dict[str, list[str]] = {lang: [] for lang in self.languages}
         for shard in self.shards[split]:
-            if limit is not None and len(out[self.languages[0]]) >= limit:
-                break
-            try:
-                texts = _texts(pq.read_table(shard, columns=["translation"]), self.languages)
-            except (KeyError, ValueError) as error:  # no such column or language
-                raise MissingDataError(f"{shard}: {str(error).splitlines()[0]}") from None
-            for lang in self.languages:
-                out[lang].extend(texts[lang])
+            for batch in pq.ParquetFile(shard).iter_batches(batch_size=1 << 16):
+                if limit is not None and len(out[self.languages[0]]) >= limit:
+                    break  # subset: the rest of the shards is never read
+                texts = _texts(pa.Table.from_batches([batch]), self.languages, shard)
+                for lang in self.languages:
+                    out[lang].extend(texts[lang])
         return {lang: lines[:limit] for lang, lines in out.items()}
 
 
@@ -135,7 +141,7 @@ class SavedDataset:
 
         dataset = datasets.load_from_disk(str(self.folder))[HF_SPLITS[split]]
         n = len(dataset) if limit is None else min(limit, len(dataset))
-        return _texts(dataset.with_format("arrow")[0:n], self.languages)
+        return _texts(dataset.with_format("arrow")[0:n], self.languages, self.folder)
 
 
 def _download(folder: Path, config: str) -> None:
@@ -289,7 +295,8 @@ def build(*, seed: int, data_dir: str, batch_size: int, seq_len: int = 256,
     truncated = {}
     for split in ("val", "test"):
         src, tgt = store.tokens(split, src_lang), store.tokens(split, tgt_lang)
-        truncated[split] = int(((src.lengths() > max_eval_len) | (tgt.lengths() > max_eval_len)).sum())
+        too_long = (src.lengths() > max_eval_len) | (tgt.lengths() > max_eval_len)
+        truncated[split] = int(too_long.sum())
         if truncated[split]:
             log.warning("wmt14: %d %s sentence pairs have more than max_eval_len=%d tokens and "
                         "are truncated to it", truncated[split], split, max_eval_len)

@@ -5,7 +5,7 @@ forcing (``optim.label_smoothing``, the paper's 0.1, section 5.4), and BLEU with
 Evaluation decodes every sentence of the split: validation greedily (cheap, to follow
 training), test with beam search (``eval.beam``, the paper's 4, and the GNMT length penalty
 ``eval.length_penalty`` = 0.6; at most ``eval.max_extra_len`` = 50 tokens beyond the source
-length, section 6.1).  Both also log the mean per-token cross-entropy of the references
+length, section 6.1, and within the model's ``data.seq_len`` positions).  Both also log the mean per-token cross-entropy of the references
 (``val/loss``, no smoothing).  Decoding recomputes the decoder over the prefix at each step (no
 key/value cache): a simplification that costs time, not results.
 """
@@ -77,7 +77,8 @@ class TranslationTask(Task):
 
         return beam_search(next_log_probs, len(source), bos_id=self.ids["bos"],
                            eos_id=self.ids["eos"], beam=beam,
-                           max_len=lengths + self.max_extra_len,
+                           max_len=(lengths + self.max_extra_len).clamp(
+                               max=self.model.dims.seq_len - 1),  # within the positions
                            length_penalty=self.length_penalty, device=source.device)
 
     def _eval_step(self, batch, split: str) -> None:
