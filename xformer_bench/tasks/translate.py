@@ -5,8 +5,8 @@ forcing (``optim.label_smoothing``, the paper's 0.1, section 5.4), and BLEU with
 Evaluation decodes every sentence of the split: validation greedily (cheap, to follow
 training), test with beam search (``eval.beam``, the paper's 4, and the GNMT length penalty
 ``eval.length_penalty`` = 0.6; at most ``eval.max_extra_len`` = 50 tokens beyond the source
-length, section 6.1, and within the model's ``data.seq_len`` positions).  Both also log the mean per-token cross-entropy of the references
-(``val/loss``, no smoothing).  Decoding recomputes the decoder over the prefix at each step (no
+length, section 6.1, and within the model's ``data.seq_len`` positions).  Both also log the
+mean per-token cross-entropy of the references (``val/loss``, no smoothing).  Decoding recomputes the decoder over the prefix at each step (no
 key/value cache): a simplification that costs time, not results.
 """
 
