@@ -183,6 +183,33 @@ def test_one_metric_column_per_dataset_with_losses_from_the_main_one(found):
     assert cells(table, "Sinusoidal")["Seeds"].text == "2"  # synthetic runs only
 
 
+def test_what_differs_only_between_datasets_describes_the_column_not_the_row(found):
+    """Per-domain sizes (and a preset per domain) keep one row per variant; what differs
+    within one dataset still splits rows."""
+    records = copy.deepcopy(found.of("fixture_tasks"))
+    for record in records:
+        record["overrides"].append(f"data.batch_size={len(record['choices']['data'])}")
+        if record["choices"]["data"] == "cifar10":
+            record["choices"]["model"] = "image_transformer"
+    assert [r.label for r in table_of(records).rows] == \
+        [r.label for r in table_of(found.of("fixture_tasks")).rows]
+    records[0]["overrides"].append("optim.lr=0.001")
+    assert len(table_of(records).rows) == len(table_of(found.of("fixture_tasks")).rows) + 1
+
+
+def test_equally_run_datasets_come_in_the_order_the_sweep_declares(found):
+    records = copy.deepcopy(found.of("fixture_positions"))
+    runs = {}
+    for record in records:
+        runs.setdefault(record["choices"]["data"], []).append(record)
+    synthetic, enwik8 = runs["synthetic"][:len(runs["enwik8"])], runs["enwik8"]
+    for record in synthetic + enwik8:
+        record["config"]["sweep"] = {"data": "synthetic,enwik8"}
+    table = table_of(enwik8 + synthetic)
+    assert table.loss_data == "Synthetic"  # a tie broken by the sweep, not by name
+    assert [c.title for c in table.columns][-3:] == ["synthetic bpb", "enwik8 bpb", "Seeds"]
+
+
 def test_active_params_column_appears_only_for_routed_models(found):
     records = copy.deepcopy(found.of("fixture_positions"))
     assert "Active params" not in [c.title for c in table_of(records).columns]

@@ -5,7 +5,8 @@ step), Step/s, Step MiB (the tensors one training step allocates, measured befor
 Peak MiB (a GPU run's own peak: see ``PER_RUN_MEMORY``), Early loss, Final loss, one column per test metric the records declare on each
 dataset (:mod:`metrics`), Seeds.  Only finished runs are averaged; a variant with none shows
 its status instead.  Params, Ops, Step/s, the losses and Seeds come from the dataset with the
-most runs (ties: by name) -- the pre-training task of the survey.
+most runs (ties: the first the sweep declares, then by name) -- the pre-training task of
+the survey.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from xformer_bench.results.metrics import Metric, table_metrics
 from xformer_bench.results.record import PER_RUN_MEMORY, STATUSES
 from xformer_bench.results.significance import ALPHA, welch_p_value
 from xformer_bench.results.table import Cell, Column, Row, Table
-from xformer_bench.results.variants import Variant, data_of
+from xformer_bench.results.variants import Variant, data_of, sweep_order
 
 LOSS_KEY = "val/loss"
 Extract = Callable[[dict[str, Any]], Any]
@@ -93,9 +94,16 @@ def _seeds(runs: list[dict[str, Any]]) -> Cell:
 
 
 def datasets_of(variants: list[Variant]) -> list[str]:
-    """The experiment's datasets, the one with most runs (the pre-training task) first."""
-    counts = Counter(data_of(r) for v in variants for r in v.records)
-    return sorted(counts, key=lambda d: (-counts[d], d))
+    """The experiment's datasets, the one with most runs (the pre-training task) first; ties in
+    the order the study's sweep declares them, then by name."""
+    records = [r for v in variants for r in v.records]
+    counts = Counter(data_of(r) for r in records)
+    declared = sweep_order(records).get("data", [])
+
+    def rank(data: str) -> tuple:
+        return -counts[data], declared.index(data) if data in declared else len(declared), data
+
+    return sorted(counts, key=rank)
 
 
 def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], str]:

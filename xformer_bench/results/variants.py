@@ -3,7 +3,8 @@
 A row is keyed by what VARIES across the experiment: the component groups (model, attention,
 norm, activation, position, ffn, ...) whose choice differs between records, plus any other
 override (``optim.lr=1e-3``) that differs, so two configurations are never averaged as seeds.
-The dataset is not part of the key: each dataset is a column.
+The dataset is not part of the key: each dataset is a column, and what differs only between
+datasets (their sizes, a preset per domain) is not either.
 """
 
 from __future__ import annotations
@@ -65,11 +66,20 @@ def _facets(record: dict[str, Any], groups: list[str]) -> dict[str, str]:
 
 
 def varying_facets(records: list[dict[str, Any]]) -> list[str]:
-    """Row groups that differ across records (in group order), then differing override keys."""
+    """Row groups that differ between records of one dataset (in group order), then such
+    override keys.  What differs only from one dataset to another (``data.resolution=8`` on
+    CIFAR-10, ``model=vit`` for images) describes the column, not the row."""
     groups = row_groups(records)
-    facets = [_facets(r, groups) for r in records]
-    names = groups + sorted({k for f in facets for k in f} - set(groups))
-    return [n for n in names if len({f.get(n, "") for f in facets}) > 1]
+    facets = [(data_of(r), _facets(r, groups)) for r in records]
+    names = groups + sorted({k for _, f in facets for k in f} - set(groups))
+
+    def varies(name: str) -> bool:
+        values: dict[str, set[str]] = {}
+        for data, f in facets:
+            values.setdefault(data, set()).add(f.get(name, ""))
+        return any(len(v) > 1 for v in values.values())
+
+    return [n for n in names if varies(n)]
 
 
 def label_of(record: dict[str, Any], key: Key) -> str:
