@@ -31,7 +31,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert record["status"] == "finished"
     assert record["choices"] == {"model": "vanilla", "attention": "full", "norm": "layernorm",
                                  "activation": "gelu", "position": "sinusoidal", "ffn": "dense", "stack": "standard",
-                                 "data": "synthetic", "trainer": "default", "logger": "none"}
+                                 "modification": None, "data": "synthetic", "trainer": "default", "logger": "none"}
     assert "trainer.max_steps=16" in record["overrides"]
     assert str(record_path.relative_to(tmp_path)) in result.stdout
 
@@ -39,7 +39,10 @@ def test_a_tiny_run_end_to_end(tmp_path):
 def test_unknown_variant_is_a_one_line_error(tmp_path):
     result = _xbench("attention=nope", cwd=tmp_path)
     assert result.returncode != 0
-    assert "Could not find 'attention/nope'" in result.stderr and "full" in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "attention=nope is not an option of attention; choose one of:" in error
+    assert "full" in error
 
 
 def test_unknown_registered_name_is_one_error_line_before_training(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import sys
 import traceback
 import warnings
@@ -14,6 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from xformer_bench.config import CONF_DIR
+from xformer_bench.preflight import command_line_error
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -29,22 +31,41 @@ def _main(cfg: DictConfig) -> float | None:
 
 def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], run_dir: Path,
             multirun: bool) -> float | None:
-    """One job: skipped when already finished (``skip_completed``), else trained and recorded.
+    """One job: skipped when already finished (``skip_completed``) or running in another
+    process (:mod:`~xformer_bench.run_claim`), else trained and recorded.
 
     A failure prints one ``error:`` line; it ends a single run with a non-zero exit status
-    (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``).
+    (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``) -- except
+    an interruption (a signal, Ctrl-C), which ends the sweep too.
     """
     from xformer_bench.errors import XbenchError
     from xformer_bench.models.param_match import describe, match_params
-    from xformer_bench.results.record import finished_record
-    from xformer_bench.run import execute
+    from xformer_bench.results.record import results_path, run_identity
+    from xformer_bench.run_claim import claimed, holder_of
 
     try:
         config = match_params(config, overrides)  # before the skip: d_ff is part of the run
     except XbenchError as error:
+        _print_traceback_if_debugging()
         return _fail(2, str(error), [], multirun)
     if config.get("match_params"):
         print(f"[xbench] {describe(config['match_params']['result'])}")
+    record_path = results_path(config, run_identity(config, choices))
+    with claimed(record_path) as owned:
+        if not owned:
+            print(f"[xbench] skip {record_path.stem}: running in another process "
+                  f"({holder_of(record_path) or 'its claim: ' + str(record_path.parent)})")
+            return None
+        return _claimed_job(config, choices, overrides, run_dir, multirun)
+
+
+def _claimed_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str],
+                 run_dir: Path, multirun: bool) -> float | None:
+    from xformer_bench.errors import XbenchError
+    from xformer_bench.results.record import finished_record
+    from xformer_bench.run import execute
+    from xformer_bench.training.preemption import RunInterrupted
+
     if config.get("skip_completed"):
         done = finished_record(config, choices)
         if done is not None:
@@ -52,9 +73,14 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
             return _objective(done)
     try:
         record = execute(config, choices, overrides, run_dir)
+    except RunInterrupted as error:
+        _print_traceback_if_debugging()
+        return _fail(2, str(error), _recorded_as(config, choices, run_dir), multirun=False)
     except XbenchError as error:
+        _print_traceback_if_debugging()
         status, message, details = 2, str(error), _recorded_as(config, choices, run_dir)
     except Exception as error:  # noqa: BLE001 -- recorded by execute; reported here
+        _print_traceback_if_debugging()
         status, message = 1, f"{type(error).__name__}: {error}"
         details = [*_recorded_as(config, choices, run_dir),
                    f"traceback: {_save_traceback(run_dir)}"]
@@ -69,6 +95,17 @@ def _fail(status: int, message: str, details: list[str], multirun: bool) -> None
     print(f"error: {message}" + (f" ({'; '.join(details)})" if details else ""), file=sys.stderr)
     if not multirun:
         sys.exit(status)
+
+
+def _print_traceback_if_debugging(error: BaseException | None = None) -> None:
+    """With ``XBENCH_DEBUG=1``, the traceback of ``error`` (default: the one being handled) on
+    stderr, above its ``error:`` line."""
+    if os.environ.get("XBENCH_DEBUG", "0").lower() not in ("1", "true", "yes"):
+        return
+    if error is None:
+        traceback.print_exc()
+    else:
+        traceback.print_exception(error)
 
 
 def _save_traceback(run_dir: Path) -> Path:
@@ -133,6 +170,8 @@ def _quiet_libraries() -> None:
     logging.getLogger("lightning.fabric.utilities.rank_zero").setLevel(logging.WARNING)
     logging.getLogger("lightning").propagate = False  # it has its own handler: no line twice
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    # Training data is indexed by step (data/step_datamodule.py): resuming mid-epoch is exact.
+    warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     # Evaluation sums bytes and nats with torchmetrics across ranks before dividing.
     warnings.filterwarnings("ignore", message=".*sync_dist=True.*when logging on epoch level.*")
@@ -153,6 +192,10 @@ def main() -> None:
     problem = _missing_launcher(sys.argv[1:])
     if problem:
         sys.exit(f"error: {problem}")
+    error = command_line_error(sys.argv[1:])  # a bad override: one line, not Hydra's several
+    if error is not None:
+        _print_traceback_if_debugging(error)
+        _fail(2, str(error), [], multirun=False)
     _main()
 
 

@@ -1,4 +1,4 @@
-"""Errors that reach the user as one actionable line (no traceback)."""
+"""Errors that reach the user as one actionable line (no traceback; ``XBENCH_DEBUG=1`` adds it)."""
 
 
 class XbenchError(Exception):
@@ -9,8 +9,11 @@ class MissingDataError(XbenchError):
     """A dataset is neither on disk nor downloadable; the message names the file to place."""
 
 
-class ConfigError(XbenchError):
-    """An invalid or incompatible combination of options, caught before training."""
+class ConfigError(XbenchError, ValueError):
+    """An invalid or incompatible combination of options, caught before training.
+
+    Also a :class:`ValueError` (a bad value): a component that used to raise ``ValueError``
+    for a bad option can raise this instead without breaking callers that catch that."""
 
 
 class DivergedError(XbenchError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from xformer_bench.config import choice_groups
 from xformer_bench.errors import ConfigError, DivergedError, XbenchError
 from xformer_bench.results import record as records
 from xformer_bench.training.peak_memory import RunPeakMemory
+from xformer_bench.training.preemption import RunInterrupted
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
 
 
@@ -48,6 +50,26 @@ def _stream_if_remembered(config: dict[str, Any], datamodule, model) -> None:
     datamodule.use_streams(memory=stack.eval_mem_len)
 
 
+def _resumable(config: dict[str, Any], run_id: str) -> tuple[str | None, Any, list]:
+    """The checkpoint this run continues from (``resume=``; a wrong one is a ConfigError
+    before anything runs), its resume points, and the callbacks that make stopping and
+    resuming exact: resume points, signals, per-step random numbers."""
+    from xformer_bench.training.checkpoints import RunCheckpoints, checkpoint_folder, resume_path
+    from xformer_bench.training.preemption import Preemption
+    from xformer_bench.training.step_seeds import StepSeeds
+    from xformer_bench.training.trainer import validation_interval
+
+    identity = records.identity_config(config)
+    resume = resume_path(config, run_id, identity)
+    trainer = config["trainer"]
+    checkpoints = RunCheckpoints(
+        checkpoint_folder(config, run_id), periodic=config.get("resume") == "auto",
+        every=trainer.get("checkpoint_every"), identity=identity,
+        validate_every=validation_interval(trainer["max_steps"], trainer["val_checks"]))
+    preemption = Preemption(checkpoints.save, checkpoints.validates_at, checkpoints.periodic)
+    return resume, checkpoints, [checkpoints, preemption, StepSeeds(config["seed"])]
+
+
 def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> None:
     import lightning as L
 
@@ -55,9 +77,11 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     from xformer_bench.training.step_memory import training_step_memory
     from xformer_bench.training.loggers import build_loggers, close_loggers
     from xformer_bench.training.throughput import Throughput
+    from xformer_bench.training.checkpoints import discard
     from xformer_bench.training.trainer import build_trainer
     from xformer_bench.training.validation_history import ValidationHistory
 
+    resume, checkpoints, resumable = _resumable(config, record["run_id"])  # before anything runs
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = _build_datamodule(config)
     task = _build_task(config, datamodule)
@@ -78,7 +102,8 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     tokens_per_step = positions * batch_size * config["trainer"]["accumulate_grad_batches"]
     throughput, history = Throughput(tokens_per_step), ValidationHistory()
     loggers = build_loggers(config["logger"], run_dir, record)
-    trainer = build_trainer(config["trainer"], loggers, [throughput, history], run_dir)
+    trainer = build_trainer(config["trainer"], loggers,
+                            [throughput, history, *resumable], run_dir)
     # Each rank trains on its own batches, each step on accumulate_grad_batches of them.
     flops = flops.scaled(config["trainer"]["accumulate_grad_batches"] * trainer.world_size)
     record.update(flops_per_step=flops.total, flops_analytic=flops.analytic,
@@ -87,11 +112,13 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
                       task.model, seq_len, batch_size, getattr(datamodule, "vocab_size", 0),
                       probe(batch_size) if probe else None))
     completed = False
+    record["resumed_from"] = resume
     try:
-        trainer.fit(task, datamodule=datamodule, ckpt_path=config["resume"])
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume, weights_only=True)
         test = trainer.test(task, datamodule=datamodule, verbose=False)
         record["test"] = test[0] if test else None
         completed = True
+        discard(checkpoints.folder)  # finished: the record is the result
     finally:
         max_steps = config["trainer"]["max_steps"]
         record.update(
@@ -117,6 +144,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     """
     record = records.new_record(config, {g: choices.get(g) for g in choice_groups()},
                                 overrides, run_dir)
+    _check_writable(records.results_path(config, record["run_id"]).parent)
     started = time.perf_counter()
     memory = RunPeakMemory()
     memory.start()
@@ -126,6 +154,9 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         record["status"] = "finished"
     except DivergedError as error:
         record.update(status="diverged", error=str(error))
+        raise
+    except RunInterrupted as error:
+        record.update(status="interrupted", error=str(error))
         raise
     except XbenchError:
         raise  # a set-up error: nothing ran, nothing to record
@@ -140,5 +171,34 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
             record["wall_time_sec"] = time.perf_counter() - started
             record["peak_memory_mb"], record["peak_memory_kind"] = memory.read()
             record["finished_at"] = records.now()
-            record["record_path"] = str(records.write_record(record, config))
+            _write(record, config)
     return record
+
+
+def _write(record: dict[str, Any], config: dict[str, Any]) -> None:
+    """The record to results/; when that fails at the end, a one-line error saying where the
+    record was kept instead (the run directory)."""
+    try:
+        record["record_path"] = str(records.write_record(record, config))
+    except OSError as error:
+        kept = Path(record["run_dir"]) / "record.json"
+        where = (f"the record ({record['status']}) is kept in {kept}" if kept.is_file()
+                 else f"the record ({record['status']}) could not be kept either")
+        raise XbenchError(f"cannot write {records.results_path(config, record['run_id'])} "
+                          f"({error.strerror or error}); {where}: copy it there once there "
+                          "is room") from None
+
+
+def _check_writable(folder: Path) -> None:
+    """A one-line error before training when records could not be written to ``folder`` (or,
+    while it does not exist, to the nearest folder above it that does)."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        probe = existing / f".xbench-write-test-{os.getpid()}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(f"cannot write run records to {folder} ({error.strerror or error}); "
+                          "free space or choose another with paths.results_dir=...") from None

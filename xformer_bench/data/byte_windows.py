@@ -20,14 +20,32 @@ still scoring every byte but the first exactly once.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from numbers import Real
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from xformer_bench.data.step_datamodule import StepDataModule
+from xformer_bench.data.batch_sizes import check_batch_sizes
+from xformer_bench.data.step_datamodule import RemainingSteps, StepDataModule
 from xformer_bench.errors import ConfigError
 from xformer_bench.targets import IGNORE_INDEX
+
+MIN_EVAL_BYTES = 2
+"""An evaluation split scores at least one byte: it needs that byte and the one before it."""
+
+
+def split_shortfall(lengths: Mapping[str, int], seq_len: int) -> str | None:
+    """Why splits of these lengths (bytes) cannot give one training window of ``seq_len``
+    inputs and targets (``seq_len + 1`` bytes) or one evaluation target; None when they can."""
+    for split, n in lengths.items():
+        need = seq_len + 1 if split == "train" else MIN_EVAL_BYTES
+        if n < need:
+            what = ("one window of data.seq_len + 1" if split == "train"
+                    else "one byte to predict and one before it")
+            return f"the {split} split has {n} bytes, fewer than the {need} of {what}"
+    return None
 
 
 class RandomWindows(Dataset):
@@ -157,6 +175,10 @@ class ByteLMDataModule(StepDataModule):
 
     def __init__(self, splits: dict[str, np.ndarray], seq_len: int, batch_size: int, seed: int,
                  eval_batch_size: int | None = None, num_workers: int = 0):
+        check_batch_sizes(batch_size, eval_batch_size)
+        shortfall = split_shortfall({split: len(data) for split, data in splits.items()}, seq_len)
+        if shortfall:
+            raise ConfigError(f"{shortfall}: use more data or lower data.seq_len={seq_len}")
         super().__init__()
         self.splits = splits
         self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
@@ -203,7 +225,7 @@ class ByteLMDataModule(StepDataModule):
         else:
             dataset = RandomWindows(self.splits["train"], self.seq_len, self.batch_size,
                                     seed=self.seed * 1000 + rank, steps=total)
-        return self._loader(dataset, sampler=range(start, total))
+        return self._loader(dataset, sampler=RemainingSteps(start, total))
 
     def _eval_loader(self, split: str) -> DataLoader:
         rank, world = self._rank()
@@ -215,11 +237,30 @@ class ByteLMDataModule(StepDataModule):
                                         stride=self.eval_stride))
 
 
+def split_lengths(n_bytes: int, fractions: tuple[float, float, float]) -> dict[str, int]:
+    """Bytes of the train / val / test slices of ``n_bytes`` cut by ``fractions``
+    (``data.splits``: three positive fractions summing to 1)."""
+    fractions = tuple(fractions)
+    valid = (len(fractions) == 3 and all(isinstance(f, Real) and f > 0 for f in fractions)
+             and abs(sum(fractions) - 1.0) <= 1e-9)
+    if not valid:
+        raise ConfigError(f"data.splits={list(fractions)} must be three positive fractions "
+                          "(train, val, test) summing to 1, e.g. [0.9, 0.05, 0.05]")
+    n_train, n_val = int(n_bytes * fractions[0]), int(n_bytes * fractions[1])
+    return {"train": n_train, "val": n_val, "test": n_bytes - n_train - n_val}
+
+
+def smallest_corpus(fractions: tuple[float, float, float], seq_len: int) -> int:
+    """The fewest bytes that, cut by ``fractions``, pass :func:`split_shortfall`."""
+    n_bytes = math.floor(max((seq_len + 1) / fractions[0], MIN_EVAL_BYTES / min(fractions[1:])))
+    while split_shortfall(split_lengths(n_bytes, fractions), seq_len):
+        n_bytes += 1  # rounding: a few more at most
+    return n_bytes
+
+
 def split_by_fraction(data: np.ndarray, fractions: tuple[float, float, float]) -> dict[str, np.ndarray]:
     """Contiguous train/val/test slices by position (views: a memmap stays a memmap)."""
-    if abs(sum(fractions) - 1.0) > 1e-9:
-        raise ValueError(f"split fractions {fractions} must sum to 1")
-    n_train = int(len(data) * fractions[0])
-    n_val = int(len(data) * fractions[1])
+    lengths = split_lengths(len(data), fractions)
+    n_train, n_val = lengths["train"], lengths["val"]
     return {"train": data[:n_train], "val": data[n_train:n_train + n_val],
             "test": data[n_train + n_val:]}

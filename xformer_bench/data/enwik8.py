@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +23,12 @@ TOTAL_BYTES = 100_000_000
 SPLIT_BYTES = {"train": 90_000_000, "val": 5_000_000, "test": 5_000_000}
 
 
-def standard_splits(data: np.ndarray) -> dict[str, np.ndarray]:
+def standard_splits(data: np.ndarray, source: Path | str = "enwik8") -> dict[str, np.ndarray]:
+    """The 90M / 5M / 5M splits of ``data`` (read from ``source``, named by the error)."""
     if len(data) != TOTAL_BYTES:
         raise MissingDataError(
-            f"enwik8 must be {TOTAL_BYTES:,} bytes but the file has {len(data):,}: "
-            "delete it and place the original enwik8.zip again"
+            f"enwik8 must be {TOTAL_BYTES:,} bytes but {source} has {len(data):,}: delete it "
+            f"(and the enwik8.zip it came from) and place the original enwik8.zip ({URL})"
         )
     out, start = {}, 0
     for split, n in SPLIT_BYTES.items():
@@ -36,13 +38,21 @@ def standard_splits(data: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _extract(archive: Path, destination: Path) -> Path:
-    with zipfile.ZipFile(archive) as z:
-        member = next((n for n in z.namelist() if Path(n).name == "enwik8"), None)
-        if member is None:
-            raise MissingDataError(f"{archive} holds no file named enwik8; place the original zip")
-        partial = destination.with_name("enwik8.part")
-        with z.open(member) as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
+    """``archive``'s member ``enwik8`` written to ``destination`` (whole, or not at all)."""
+    partial = destination.with_name("enwik8.part")
+    try:
+        with zipfile.ZipFile(archive) as z:
+            member = next((n for n in z.namelist() if Path(n).name == "enwik8"), None)
+            if member is None:
+                raise MissingDataError(f"{archive} holds no file named enwik8: delete it and "
+                                       f"place the original enwik8.zip ({URL})")
+            with z.open(member) as src, open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 22)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as error:
+        partial.unlink(missing_ok=True)
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][:120]
+        raise MissingDataError(f"{archive} is not a readable zip ({reason}): delete it and "
+                               f"place the original enwik8.zip ({URL})") from None
     partial.replace(destination)
     return destination
 
@@ -85,5 +95,7 @@ def locate(data_dir: Path) -> Path:
 
 @DATA.register("enwik8")
 def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, **loader) -> ByteLMDataModule:
-    data = np.memmap(locate(Path(data_dir)), dtype=np.uint8, mode="r")
-    return ByteLMDataModule(standard_splits(data), seq_len, batch_size, seed, **loader)
+    path = locate(Path(data_dir))
+    empty = path.stat().st_size == 0  # cannot be memory-mapped; standard_splits names it
+    data = np.zeros(0, dtype=np.uint8) if empty else np.memmap(path, dtype=np.uint8, mode="r")
+    return ByteLMDataModule(standard_splits(data, path), seq_len, batch_size, seed, **loader)

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from xformer_bench.data.step_datamodule import StepDataModule
+from xformer_bench.data.batch_sizes import check_batch_sizes
+from xformer_bench.data.step_datamodule import RemainingSteps, StepDataModule
 
 
 class Examples(Protocol):
@@ -94,6 +95,7 @@ class ExampleDataModule(StepDataModule):
 
     def __init__(self, splits: dict[str, Examples], batch_size: int, seed: int,
                  eval_batch_size: int | None = None, num_workers: int = 0):
+        check_batch_sizes(batch_size, eval_batch_size)
         super().__init__()
         self.splits = splits
         self.batch_size, self.seed = batch_size, seed
@@ -108,7 +110,7 @@ class ExampleDataModule(StepDataModule):
         start, total = self._training_steps()
         dataset = TrainingBatches(self.splits["train"], self.batch_size, self.seed, total,
                                   rank=rank, world=world)
-        return self._loader(dataset, sampler=range(start, total))
+        return self._loader(dataset, sampler=RemainingSteps(start, total))
 
     def _eval_loader(self, split: str) -> DataLoader:
         rank, world = self._rank()

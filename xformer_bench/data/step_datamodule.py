@@ -5,9 +5,27 @@ are dealt across ranks by the subclass's ``_eval_loader``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+
+class RemainingSteps(Sampler[int]):
+    """Steps ``first .. total - 1`` of a run, whose length is the whole run's ``total``: a run
+    is one epoch, and Lightning, resumed mid-epoch, counts the ``first`` batches it restored
+    as done, so the epoch ends exactly when these run out (a length of ``total - first`` would
+    end it early and start the steps over)."""
+
+    def __init__(self, first: int, total: int):
+        self.first, self.total = first, total
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.first, self.total))
+
+    def __len__(self) -> int:
+        return self.total
 
 
 class StepDataModule(L.LightningDataModule):

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from xformer_bench.errors import ConfigError
 from xformer_bench.norm import init_residual_branch, residual_gate
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.residual import ResidualAdd
@@ -59,7 +60,8 @@ class Block(nn.Module):
         super().__init__()
         self.sublayers = SUBLAYERS if cross_attention is None else DECODER_SUBLAYERS
         if placement not in PLACEMENTS:
-            raise ValueError(f"model.norm_placement={placement!r}; choose one of {tuple(PLACEMENTS)}")
+            raise ConfigError(f"model.norm_placement={placement!r}; choose one of: "
+                              f"{', '.join(PLACEMENTS)}")
         self.slots = PLACEMENTS[placement]
         self.attention = attention
         if cross_attention is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from xformer_bench.errors import ConfigError
 from xformer_bench.models.embedding import TokenEmbedding
 
 OUTPUTS = ("softmax", "mixture_of_softmaxes")
@@ -29,7 +30,7 @@ class OutputHead(nn.Module):
                  kind: str = "softmax", components: int = 4):
         super().__init__()
         if kind not in OUTPUTS:
-            raise ValueError(f"model.output={kind!r}; choose one of {OUTPUTS}")
+            raise ConfigError(f"model.output={kind!r}; choose one of: {', '.join(OUTPUTS)}")
         vocab_size, width = embedding.table.num_embeddings, embedding.table.embedding_dim
         self.components = components if kind == "mixture_of_softmaxes" else 1
         if self.components > 1:

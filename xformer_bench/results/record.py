@@ -38,6 +38,7 @@ IDENTITY_NEUTRAL = {
     "eval": {"stride": None, "beam": 4, "length_penalty": 0.6, "max_extra_len": 50},
     "optim": {"label_smoothing": 0.1},
     "stack": {"name": "standard", "label": "Standard stack"},
+    "trainer": {"checkpoint_every": None},
 }
 """Keys added after records existed, at the value that trains what runs did before they
 existed: left out of the hash at that value, so older records keep their ids (and a study
@@ -125,8 +126,9 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
-def run_identity(config: dict[str, Any], choices: dict[str, str]) -> str:
-    """Readable prefix + hash of everything that changes the result."""
+def identity_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``config`` that changes the result: what the run id hashes (and what a
+    checkpoint carries, to refuse resuming another configuration)."""
     essential = {k: v for k, v in config.items() if k not in IDENTITY_EXCLUDED}
     for group, neutral in IDENTITY_NEUTRAL.items():
         if isinstance(essential.get(group), dict):
@@ -134,6 +136,12 @@ def run_identity(config: dict[str, Any], choices: dict[str, str]) -> str:
                                 if k not in neutral or v != neutral[k]}
             if not essential[group]:
                 del essential[group]  # a node of neutral keys only: as if it did not exist
+    return essential
+
+
+def run_identity(config: dict[str, Any], choices: dict[str, str]) -> str:
+    """Readable prefix + hash of everything that changes the result."""
+    essential = identity_config(config)
     digest = hashlib.sha1(json.dumps(essential, sort_keys=True, default=str).encode()).hexdigest()
     parts = [choices.get(g, "") for g in ("model", "attention", "norm", "activation", "position")]
     return f"{'-'.join(p for p in parts if p)}_s{config.get('seed')}_{digest[:10]}"

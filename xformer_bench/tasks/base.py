@@ -10,11 +10,13 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
-from xformer_bench.tasks.optimization import adamw_with_schedule
+from xformer_bench.tasks.optimization import (adamw_with_schedule, check_finite,
+                                               check_optimization)
 
 
 class Task(L.LightningModule):
     def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int):
+        check_optimization(optim, max_steps)  # before training starts: one error line
         super().__init__()
         self.model, self.optim, self.max_steps = model, dict(optim), max_steps
         self.eval_nats, self.eval_count = SumMetric(), SumMetric()
@@ -47,6 +49,11 @@ class Task(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._eval_end("test")
+
+    def check_finite(self, loss: torch.Tensor) -> None:
+        """Stop with ``diverged`` when this or any other rank's training loss is NaN or inf."""
+        check_finite(loss, self.global_step,
+                     self._trainer.strategy if self._trainer is not None else None)
 
     def configure_optimizers(self):
         return adamw_with_schedule(self, self.optim, self.max_steps)

@@ -16,7 +16,6 @@ from xformer_bench.metric_spec import MetricSpec
 from xformer_bench.models.build import build_classifier
 from xformer_bench.tasks import TASK
 from xformer_bench.tasks.base import Task
-from xformer_bench.tasks.optimization import check_finite
 
 TOP1 = MetricSpec("top1", "top-1 %", higher_is_better=True, digits=1, scale=100.0)
 TOP5 = MetricSpec("top5", "top-5 %", higher_is_better=True, digits=1, scale=100.0)
@@ -41,7 +40,7 @@ class ClassificationTask(Task):
         nats = F.cross_entropy(logits.float(), labels)
         auxiliary = self.model.auxiliary_loss()
         loss = nats if auxiliary is None else nats + auxiliary
-        check_finite(loss, self.global_step)
+        self.check_finite(loss)
         self.log("train/loss", nats, prog_bar=True)
         self.log(TOP1.key("train"), (logits.argmax(-1) == labels).float().mean(), prog_bar=True)
         if auxiliary is not None:

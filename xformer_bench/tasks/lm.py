@@ -20,7 +20,6 @@ from xformer_bench.targets import IGNORE_INDEX
 from xformer_bench.tasks import TASK
 from xformer_bench.metric_spec import bits_metric
 from xformer_bench.tasks.base import Task
-from xformer_bench.tasks.optimization import check_finite
 
 LN2 = math.log(2.0)
 
@@ -50,7 +49,7 @@ class LanguageModelTask(Task):
         nats = self._nats(batch, "mean")
         auxiliary = self.model.auxiliary_loss()
         loss = nats if auxiliary is None else nats + auxiliary
-        check_finite(loss, self.global_step)
+        self.check_finite(loss)
         self.log("train/loss", nats, prog_bar=True)
         self.log(self.bits.key("train"), nats / LN2, prog_bar=True)
         if auxiliary is not None:

@@ -22,7 +22,6 @@ from xformer_bench.models.beam_search import beam_search
 from xformer_bench.models.build import build_seq2seq
 from xformer_bench.tasks import TASK
 from xformer_bench.tasks.base import Task
-from xformer_bench.tasks.optimization import check_finite
 
 BLEU = MetricSpec("bleu", "BLEU", higher_is_better=True, digits=2)
 
@@ -62,7 +61,7 @@ class TranslationTask(Task):
                                ignore_index=self.ids["pad"], label_smoothing=self.label_smoothing)
         auxiliary = self.model.auxiliary_loss()
         loss = nats if auxiliary is None else nats + auxiliary
-        check_finite(loss, self.global_step)
+        self.check_finite(loss)
         self.log("train/loss", nats, prog_bar=True)
         return loss
 

@@ -31,6 +31,13 @@ class Throughput(L.Callback):
     def tokens_per_sec(self) -> float:
         return self.steps_per_sec * self.tokens_per_step * self.world_size
 
+    def state_dict(self) -> dict:
+        """Kept in checkpoints: a resumed run's rate is over every step it timed."""
+        return {"train_seconds": self.train_seconds, "timed_steps": self.timed_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.train_seconds, self.timed_steps = state["train_seconds"], state["timed_steps"]
+
     def on_fit_start(self, trainer, pl_module) -> None:
         self.world_size = trainer.world_size
 

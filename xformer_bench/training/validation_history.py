@@ -1,4 +1,5 @@
-"""Every validation's metrics with the optimizer step it happened at."""
+"""Every validation's metrics with the optimizer step it happened at (kept in checkpoints, so
+a resumed run's history is the whole run's)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ class ValidationHistory(L.Callback):
                    if k.startswith(self.prefix)}
         if metrics:
             self.points.append({"step": trainer.global_step, **metrics})
+
+    def state_dict(self) -> dict:
+        return {"points": [dict(p) for p in self.points]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.points = [dict(p) for p in state["points"]]
 
     def at_fraction(self, fraction: float, max_steps: int) -> dict[str, float] | None:
         """The validation closest to ``fraction`` of training (1/8: the 'early' metric)."""

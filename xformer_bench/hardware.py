@@ -1,0 +1,48 @@
+"""Whether this machine can run what ``trainer.*`` asks for: the accelerator, its number of
+devices and the numeric precision -- checked before anything is built, so that a GPU asked for
+where none is visible, or a precision Lightning does not know, is one ``error:`` line rather
+than Lightning's exception once the run has started.  torch is imported only when a GPU is
+asked for (``xbench --help`` stays fast)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xformer_bench.errors import ConfigError
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+"""``trainer.accelerator`` values Lightning accepts."""
+GPU_ACCELERATORS = ("gpu", "cuda")
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
+              "transformer-engine", "transformer-engine-float16")
+"""``trainer.precision`` values Lightning 2 accepts (plus its legacy aliases below)."""
+LEGACY_PRECISIONS = (64, 32, 16, "64", "32", "16", "bf16")
+
+
+def visible_gpus() -> int:
+    """CUDA devices torch can see (0 without a GPU or a CUDA build)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_trainer_hardware(trainer: dict[str, Any]) -> None:
+    """:class:`ConfigError` naming the fix when ``trainer`` asks for an accelerator, a number of
+    devices or a precision this machine or Lightning cannot give."""
+    accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", 1)
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"trainer.accelerator={accelerator} is not an accelerator; choose one "
+                          f"of: {', '.join(ACCELERATORS)}")
+    if accelerator in GPU_ACCELERATORS:
+        gpus = visible_gpus()
+        if gpus == 0:
+            raise ConfigError(f"trainer.accelerator={accelerator} but no GPU is visible (torch "
+                              "sees no CUDA device): use trainer.accelerator=cpu, or auto to "
+                              "take a GPU where there is one")
+        if isinstance(devices, int) and devices > gpus:
+            raise ConfigError(f"trainer.devices={devices} but {gpus} GPU(s) are visible: set "
+                              f"trainer.devices={gpus} or fewer (or -1 for all)")
+    precision = trainer.get("precision", "32-true")
+    if precision not in PRECISIONS + LEGACY_PRECISIONS:
+        raise ConfigError(f"trainer.precision={precision} is not a Lightning precision; choose "
+                          f"one of: {', '.join(PRECISIONS)}")

@@ -1,0 +1,88 @@
+"""One process per run id: two sweeps writing the same ``results/`` never train one run twice.
+
+Before a run starts, its process claims it: ``<results_dir>/<experiment>/.<run_id>.claim``,
+created exclusively (``O_CREAT | O_EXCL``, atomic on local and NFSv3+ file systems) with the
+claimant's host and pid.  Another sweep reaching the same run skips it ("running in another
+process") and goes on; the claim goes when the run ends, however it ends (a killed process's
+claim is stale: on the same host, a claim whose pid is gone is taken over).  Records are
+written atomically under the run id, so nothing is double-counted either.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def claim_path(record_path: Path) -> Path:
+    return record_path.with_name(f".{record_path.stem}.claim")
+
+
+def _holder(claim: Path) -> tuple[str, int] | None:
+    try:
+        host, pid = claim.read_text().split()
+        return host, int(pid)
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def _stale(claim: Path) -> bool:
+    """A claim left by a process of this host that no longer exists (or unreadable)."""
+    holder = _holder(claim)
+    if holder is None:
+        return True
+    host, pid = holder
+    return host == socket.gethostname() and not _alive(pid)
+
+
+def _create(claim: Path) -> bool:
+    try:
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{socket.gethostname()} {os.getpid()}\n")
+    return True
+
+
+def holder_of(record_path: Path) -> str | None:
+    """``host:pid`` of the live process running this run, else None."""
+    claim = claim_path(record_path)
+    holder = _holder(claim) if claim.exists() and not _stale(claim) else None
+    return None if holder is None else f"{holder[0]}:{holder[1]}"
+
+
+@contextmanager
+def claimed(record_path: Path) -> Iterator[bool]:
+    """Yields True when this process now owns the run (released on exit), False when a live
+    process elsewhere does."""
+    claim = claim_path(record_path)
+    created = [p for p in (claim.parent, *claim.parent.parents) if not p.exists()]
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    owned = _create(claim)
+    if not owned and _stale(claim):
+        claim.unlink(missing_ok=True)
+        owned = _create(claim)  # two taking over at once: one wins
+    try:
+        yield owned
+    finally:
+        if owned:
+            claim.unlink(missing_ok=True)
+        for folder in created:  # the folders made for the claim, if nothing else came in
+            try:
+                folder.rmdir()
+            except OSError:
+                break

@@ -1,0 +1,106 @@
+"""Stop cleanly when asked to: pre-emption, ``scancel``, Ctrl-C.
+
+SIGTERM, SIGUSR1 (SLURM's pre-emption warning, ``--signal=USR1@90``) and a first SIGINT let the
+current training step finish, save a resume point, and end the run with status
+``interrupted`` (:class:`RunInterrupted`); a second Ctrl-C stops at
+once.  Under SLURM (``SLURM_JOB_ID`` set) the job is then requeued with ``scontrol requeue``:
+it starts again and continues from that point (``resume=auto``).  A signal during a
+validation, or in the step before one, stops without a new point (one saved before a
+validation would resume after it): the run continues from its last resume point and runs
+that validation again, whole.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import lightning as L
+
+from xformer_bench.errors import XbenchError
+
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+class RunInterrupted(XbenchError):
+    """The run stopped on a signal; its record says ``interrupted`` and where it resumes."""
+
+    def __init__(self, signal_name: str, step: int, checkpoint: Path | None, requeued: bool,
+                 auto: bool = True):
+        self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
+        saved = (f"resume point {checkpoint}" if checkpoint is not None
+                 else "its last resume point")
+        then = ("the job was requeued" if requeued else
+                "run the same command to resume" if auto else
+                "run the same command with resume=auto to resume")
+        super().__init__(f"{signal_name} at step {step}: stopped with {saved}; {then}")
+
+
+def requeue_slurm_job(log: Callable[[str], None] = print) -> bool:
+    """``scontrol requeue $SLURM_JOB_ID`` when inside a SLURM job; True when it was accepted."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") and (
+        f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}")
+    job = job or os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    try:
+        result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
+                                timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        log(f"[xbench] could not requeue SLURM job {job}: {error}")
+        return False
+    if result.returncode != 0:
+        log(f"[xbench] could not requeue SLURM job {job}: {result.stderr.strip()}")
+        return False
+    log(f"[xbench] requeued SLURM job {job}")
+    return True
+
+
+class Preemption(L.Callback):
+    """Turns the signals of the module docstring into a saved, recorded stop."""
+
+    def __init__(self, save: Callable[[L.Trainer], Path],
+                 validates_at: Callable[[int, int], bool], auto: bool = True):
+        self.save, self.validates_at, self.auto = save, validates_at, auto
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for signum in SIGNALS:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame) -> None:
+        if signum == signal.SIGINT and self.received is not None:
+            raise KeyboardInterrupt  # the second Ctrl-C: now
+        self.received = signum
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.received is None or (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return
+        # Before a validation, stop without a point: one saved here would resume after it.
+        path = (None if self.validates_at(trainer.global_step, trainer.max_steps)
+                else self.save(trainer))
+        requeued = self.received != signal.SIGINT and requeue_slurm_job()
+        raise RunInterrupted(signal.Signals(self.received).name, trainer.global_step, path,
+                             requeued, self.auto)
+
+    def on_validation_batch_end(self, trainer, pl_module, *args) -> None:
+        if self.received is not None and not trainer.sanity_checking:
+            requeued = self.received != signal.SIGINT and requeue_slurm_job()
+            raise RunInterrupted(signal.Signals(self.received).name, trainer.global_step, None,
+                                 requeued, self.auto)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.teardown(trainer, pl_module, "fit")
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
