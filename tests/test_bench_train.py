@@ -1,0 +1,24 @@
+"""The training race runs every contender at one shape and compares like with like."""
+
+from __future__ import annotations
+
+import pytest
+
+from xformer_bench.bench import train_race
+
+TINY = dict(d_model=32, n_layers=1, n_heads=2, d_ff=64, seq_len=16, batch=2)
+
+
+def test_the_race_times_each_contender_at_matched_size(monkeypatch):
+    pytest.importorskip("x_transformers")
+    monkeypatch.setitem(train_race.SIZES, "tiny", TINY)
+    rows = train_race.as_rows(train_race.race("tiny", steps=2, device="cpu",
+                                              precision="32-true"))
+    assert [r["contender"] for r in rows] == list(train_race.CONTENDERS)
+    xbench, floor, peer = rows
+    assert xbench["params"] == floor["params"]  # the same model, two loops
+    assert abs(peer["params"] / floor["params"] - 1) < 0.02  # configured as x-transformers is
+    assert all(r["tokens_per_sec"] > 0 and r["step_memory_mib"] > 0 for r in rows)
+    assert floor["vs_floor"] == 1.0 and xbench["vs_floor"] == pytest.approx(
+        xbench["tokens_per_sec"] / floor["tokens_per_sec"])
+    assert all(r["mfu"] is None for r in rows)  # CPU: no utilisation figure
