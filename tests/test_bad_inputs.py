@@ -86,7 +86,9 @@ CATALOGUE: dict[str, BadInput] = {
                                   marks=(NO_GPU,)),
     "cuda without a gpu": BadInput(("trainer.accelerator=cuda",), "no GPU is visible",
                                    marks=(NO_GPU,)),
-    "unknown precision": BadInput(("trainer.precision=fp8",), "choose one of: 32-true"),
+    "unknown precision": BadInput(("trainer.precision=fp8",), "choose one of: auto, 32-true"),
+    "fsdp on cpus": BadInput(("trainer=fsdp", "trainer.accelerator=cpu"),
+                             "runs on GPUs only and none is used here: use trainer=ddp"),
     # -- the model -------------------------------------------------------------------------------
     "heads not dividing d_model": BadInput(("model.n_heads=3",),
                                            "choose model.n_heads among 1, 2, 4, 8, 16, 32"),

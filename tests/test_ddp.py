@@ -64,3 +64,21 @@ def test_slurm_launcher_submits_one_task_and_gpu_per_ddp_rank(tmp_path, monkeypa
                                        "job_name")} == {
         "nodes": 2, "ntasks_per_node": 4, "gpus_per_node": 4, "partition": "gpu",
         "job_name": "xbench-big"}
+
+
+def test_fsdp_is_ddp_launched_with_lightnings_fsdp_strategy():
+    from conftest import compose_config
+
+    fsdp, ddp = compose_config("trainer=fsdp"), compose_config("trainer=ddp")
+    assert fsdp["trainer"]["strategy"] == "fsdp"
+    assert {**fsdp["trainer"], "strategy": "ddp"} == ddp["trainer"]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available() or
+                    __import__("torch").cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_fsdp_trains_on_two_gpus(tmp_path):  # Lightning's FSDP refuses CPUs
+    result = _xbench(*TINY_RUN, "experiment_name=fsdp", "trainer=fsdp", "trainer.devices=2",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [path] = (tmp_path / "results" / "fsdp").glob("*.json")
+    assert records.load(path)["status"] == "finished"

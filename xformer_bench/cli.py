@@ -39,6 +39,7 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     an interruption (a signal, Ctrl-C), which ends the sweep too.
     """
     from xformer_bench.errors import XbenchError
+    from xformer_bench.hardware import resolve_precision
     from xformer_bench.models.param_match import describe, match_params
     from xformer_bench.results.record import results_path, run_identity
     from xformer_bench.run_claim import claimed, holder_of
@@ -50,6 +51,7 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         return _fail(2, str(error), [], multirun)
     if config.get("match_params"):
         print(f"[xbench] {describe(config['match_params']['result'])}")
+    config = resolve_precision(config)  # before the run id: auto on a CPU is 32-true
     record_path = results_path(config, run_identity(config, choices))
     with claimed(record_path) as owned:
         if not owned:

@@ -42,7 +42,27 @@ def check_trainer_hardware(trainer: dict[str, Any]) -> None:
         if isinstance(devices, int) and devices > gpus:
             raise ConfigError(f"trainer.devices={devices} but {gpus} GPU(s) are visible: set "
                               f"trainer.devices={gpus} or fewer (or -1 for all)")
+    strategy = str(trainer.get("strategy", "auto"))
+    if strategy.startswith("fsdp") and (accelerator == "cpu" or
+                                        (accelerator == "auto" and not visible_gpus())):
+        raise ConfigError(f"trainer.strategy={strategy} (Lightning's FSDP) runs on GPUs only and "
+                          "none is used here: use trainer=ddp on CPUs")
     precision = trainer.get("precision", "32-true")
-    if precision not in PRECISIONS + LEGACY_PRECISIONS:
+    if precision not in ("auto", *PRECISIONS, *LEGACY_PRECISIONS):
         raise ConfigError(f"trainer.precision={precision} is not a Lightning precision; choose "
-                          f"one of: {', '.join(PRECISIONS)}")
+                          f"one of: auto, {', '.join(PRECISIONS)}")
+
+
+def resolve_precision(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``trainer.precision=auto`` made concrete for this machine: bf16-mixed
+    where training will run on a GPU that has bf16 (Ampere or later), else 32-true.  Resolved
+    before the run id is computed, so a CPU run of ``auto`` is the run of ``32-true``."""
+    trainer = config.get("trainer") or {}
+    if trainer.get("precision") != "auto":
+        return config
+    precision = "32-true"
+    if trainer.get("accelerator", "auto") in ("auto", *GPU_ACCELERATORS) and visible_gpus():
+        import torch
+
+        precision = "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    return {**config, "trainer": {**trainer, "precision": precision}}

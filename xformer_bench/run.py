@@ -9,6 +9,7 @@ from typing import Any
 
 from xformer_bench.config import choice_groups
 from xformer_bench.errors import ConfigError, DivergedError, XbenchError
+from xformer_bench.hardware import resolve_precision
 from xformer_bench.results import record as records
 from xformer_bench.training.peak_memory import RunPeakMemory
 from xformer_bench.training.preemption import RunInterrupted
@@ -70,6 +71,13 @@ def _resumable(config: dict[str, Any], run_id: str) -> tuple[str | None, Any, li
     return resume, checkpoints, [checkpoints, preemption, StepSeeds(config["seed"])]
 
 
+def _compile(model, backend: bool | str | None) -> None:
+    """``trainer.compile``: torch.compile the model's forward in place (state-dict keys, and so
+    checkpoints, unchanged); ``true`` is inductor, a string names another backend."""
+    if backend:
+        model.compile(**({} if backend is True else {"backend": backend}))
+
+
 def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> None:
     import lightning as L
 
@@ -111,6 +119,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
                   step_memory_mb=training_step_memory(
                       task.model, seq_len, batch_size, getattr(datamodule, "vocab_size", 0),
                       probe(batch_size) if probe else None))
+    _compile(task.model, config["trainer"].get("compile"))  # after the probes above
     completed = False
     record["resumed_from"] = resume
     try:
@@ -125,6 +134,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
             steps=trainer.global_step,
             steps_per_sec=throughput.steps_per_sec,
             tokens_per_sec=throughput.tokens_per_sec,
+            validation_seconds=throughput.validation_seconds,
             early=history.at_fraction(1 / 8, max_steps),
             final=history.points[-1] if history.points else None,
             history=history.points,
@@ -142,6 +152,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     Errors in the set-up (unknown variant, missing data) propagate before any record exists;
     a run that diverges, raises or is interrupted is recorded with that status, then re-raised.
     """
+    config = resolve_precision(config)  # before the run id: auto on a CPU is 32-true
     record = records.new_record(config, {g: choices.get(g) for g in choice_groups()},
                                 overrides, run_dir)
     _check_writable(records.results_path(config, record["run_id"]).parent)

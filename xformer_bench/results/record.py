@@ -38,7 +38,7 @@ IDENTITY_NEUTRAL = {
     "eval": {"stride": None, "beam": 4, "length_penalty": 0.6, "max_extra_len": 50},
     "optim": {"label_smoothing": 0.1},
     "stack": {"name": "standard", "label": "Standard stack"},
-    "trainer": {"checkpoint_every": None},
+    "trainer": {"checkpoint_every": None, "compile": False},
 }
 """Keys added after records existed, at the value that trains what runs did before they
 existed: left out of the hash at that value, so older records keep their ids (and a study

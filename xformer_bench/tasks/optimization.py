@@ -57,8 +57,9 @@ def adamw_with_schedule(module: nn.Module, optim: dict, max_steps: int) -> dict:
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim["weight_decay"]},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    on_gpu = bool(params) and all(p.is_cuda for p in params)  # one fused kernel a step there
     optimizer = torch.optim.AdamW(groups, lr=optim["lr"], betas=tuple(optim["betas"]),
-                                  eps=optim["eps"])
+                                  eps=optim["eps"], fused=on_gpu or None)
     factor = partial(lr_factor, warmup_steps=optim["warmup_steps"], total_steps=max_steps,
                      decay=optim["decay"], min_lr_ratio=optim["min_lr_ratio"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -1,7 +1,9 @@
 """Training throughput: optimizer steps per second and tokens per second.
 
 Only training time counts: the intervals that contain a validation are left out, and so is
-the first step (graph warm-up, allocator growth).  Tokens are counted over all ranks:
+the first step (graph warm-up, allocator growth).  The time spent validating is summed too:
+the record's ``validation_seconds`` (its share of the wall time is what whole-split
+evaluation costs a run).  Tokens are counted over all ranks:
 ``tokens_per_step`` is one process's share, multiplied by the world size at fit start.
 """
 
@@ -20,7 +22,9 @@ class Throughput(L.Callback):
         self.recent: deque[float] = deque(maxlen=window)
         self.train_seconds = 0.0
         self.timed_steps = 0
+        self.validation_seconds = 0.0  # wall time inside validations (the record's share)
         self._last: float | None = None
+        self._validating_since: float | None = None
         self._warm = False
 
     @property
@@ -33,10 +37,12 @@ class Throughput(L.Callback):
 
     def state_dict(self) -> dict:
         """Kept in checkpoints: a resumed run's rate is over every step it timed."""
-        return {"train_seconds": self.train_seconds, "timed_steps": self.timed_steps}
+        return {"train_seconds": self.train_seconds, "timed_steps": self.timed_steps,
+                "validation_seconds": self.validation_seconds}
 
     def load_state_dict(self, state: dict) -> None:
         self.train_seconds, self.timed_steps = state["train_seconds"], state["timed_steps"]
+        self.validation_seconds = state.get("validation_seconds", 0.0)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.world_size = trainer.world_size
@@ -62,3 +68,10 @@ class Throughput(L.Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._last = None  # restart the clock at the next training batch
+        if not trainer.sanity_checking:
+            self._validating_since = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._validating_since is not None:
+            self.validation_seconds += time.perf_counter() - self._validating_since
+            self._validating_since = None

@@ -9,6 +9,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
+from xformer_bench.hardware import resolve_precision
+
 
 def validation_interval(max_steps: int, val_checks: int) -> int:
     """Optimizer steps between validations: ``val_checks`` evenly spaced, the last at the end."""
@@ -29,7 +31,7 @@ def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callba
         devices=t["devices"],
         num_nodes=t["num_nodes"],
         strategy=t["strategy"],
-        precision=t["precision"],
+        precision=resolve_precision({"trainer": t})["trainer"]["precision"],
         max_steps=t["max_steps"],
         accumulate_grad_batches=accumulate,
         gradient_clip_val=t["gradient_clip_val"] or None,

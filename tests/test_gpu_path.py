@@ -1,0 +1,60 @@
+"""The GPU path, exercised on CPU where it can be: precision auto, torch.compile, fused AdamW,
+the validation share in the record, and a CLI that imports no torch until a run starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import compose_config, run_tiny
+from xformer_bench import hardware
+from xformer_bench.results.record import run_identity
+from xformer_bench.tasks.optimization import adamw_with_schedule
+
+
+def test_precision_auto_is_32_true_on_a_cpu_and_keeps_its_run_id(monkeypatch):
+    monkeypatch.setattr(hardware, "visible_gpus", lambda: 0)
+    auto = hardware.resolve_precision(compose_config())
+    assert auto["trainer"]["precision"] == "32-true"
+    assert run_identity(auto, {}) == run_identity(compose_config("trainer.precision=32-true"), {})
+
+
+def test_precision_auto_is_bf16_mixed_on_a_gpu_with_bf16(monkeypatch):
+    monkeypatch.setattr(hardware, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert hardware.resolve_precision(compose_config())["trainer"]["precision"] == "bf16-mixed"
+    cpu = hardware.resolve_precision(compose_config("trainer.accelerator=cpu"))
+    assert cpu["trainer"]["precision"] == "32-true"  # a GPU present, but not asked for
+
+
+def test_a_compiled_run_trains_as_the_eager_one(tmp_path):
+    eager = run_tiny(tmp_path / "a")
+    compiled = run_tiny(tmp_path / "b", "trainer.compile=eager")
+    assert compiled["history"] == eager["history"] and compiled["test"] == eager["test"]
+    assert compiled["run_id"] != eager["run_id"]  # inductor's fused numerics are not eager's
+
+
+def test_a_record_says_how_long_validation_took(tmp_path):
+    record = run_tiny(tmp_path)
+    assert 0 < record["validation_seconds"] < record["wall_time_sec"]
+
+
+def test_adamw_is_fused_only_where_the_parameters_are_on_a_gpu():
+    model = torch.nn.Linear(4, 4)
+    optimizer = adamw_with_schedule(model, compose_config()["optim"], 10)["optimizer"]
+    assert not optimizer.defaults["fused"]
+    if torch.cuda.is_available():
+        optimizer = adamw_with_schedule(model.cuda(), compose_config()["optim"], 10)["optimizer"]
+        assert optimizer.defaults["fused"]
+
+
+@pytest.mark.parametrize("module", ["xformer_bench.cli", "xformer_bench.preflight"])
+def test_the_command_line_imports_no_torch_or_lightning_before_a_run(module):
+    probe = (f"import sys, {module}; "
+             "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
