@@ -208,3 +208,23 @@ def test_sigterm_under_slurm_saves_requeues_and_the_requeued_job_finishes(tmp_pa
     assert not list(folder.rglob("*.ckpt"))
 
 
+
+
+def test_a_resume_point_is_never_saved_with_nan_parameters(tmp_path, monkeypatch):
+    """On a GPU the loss is checked every few steps; the parameters are checked before any
+    point is saved, so a divergence between two checks still keeps the last good point."""
+    from xformer_bench.tasks import base
+
+    monkeypatch.setattr(base, "check_finite", lambda *args: None)  # no loss check at all
+    original = Throughput.on_train_batch_end
+
+    def poison_at_step_7(self, trainer, pl_module, *args):
+        original(self, trainer, pl_module, *args)
+        if trainer.global_step == 7:
+            with torch.no_grad():
+                next(pl_module.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(Throughput, "on_train_batch_end", poison_at_step_7)
+    with pytest.raises(DivergedError, match="parameters are NaN or infinite at step 8"):
+        run_tiny(tmp_path, *AUTO)
+    assert _points(tmp_path)[-1].name == "step-00000006.ckpt"

@@ -51,9 +51,15 @@ class Task(L.LightningModule):
         self._eval_end("test")
 
     def check_finite(self, loss: torch.Tensor) -> None:
-        """Stop with ``diverged`` when this or any other rank's training loss is NaN or inf."""
-        check_finite(loss, self.global_step,
-                     self._trainer.strategy if self._trainer is not None else None)
+        """Stop with ``diverged`` when this or any other rank's training loss is NaN or inf:
+        every step on a CPU; on a GPU every ``trainer.log_every_n_steps`` steps, so that the
+        step never waits for the device (a resume point checks the parameters before it is
+        saved: :mod:`xformer_bench.training.checkpoints`)."""
+        trainer = self._trainer
+        if loss.is_cuda and trainer is not None and \
+                (self.global_step + 1) % max(trainer.log_every_n_steps, 1):
+            return
+        check_finite(loss, self.global_step, trainer.strategy if trainer is not None else None)
 
     def configure_optimizers(self):
         return adamw_with_schedule(self, self.optim, self.max_steps)

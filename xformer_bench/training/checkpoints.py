@@ -24,7 +24,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from xformer_bench.errors import ConfigError
+from xformer_bench.errors import ConfigError, DivergedError
 
 KEEP = 2
 """Resume points kept per run: the newest and the one before (if the newest is cut short)."""
@@ -132,7 +132,12 @@ class RunCheckpoints(L.Callback):
             self.save(trainer)
 
     def save(self, trainer) -> Path:
-        """Write ``step-<global_step>.ckpt`` atomically and prune to :data:`KEEP`."""
+        """Write ``step-<global_step>.ckpt`` atomically and prune to :data:`KEEP` -- only
+        finite parameters: a run whose loss went NaN between two checks stops as diverged
+        here, and its last point stays a good one."""
+        if not all(bool(torch.isfinite(p).all()) for p in trainer.lightning_module.parameters()):
+            raise DivergedError(f"parameters are NaN or infinite at step {trainer.global_step}; "
+                                "lower optim.lr or raise optim.warmup_steps")
         path = self.folder / f"step-{trainer.global_step:08d}.ckpt"
         if trainer.is_global_zero:
             self.folder.mkdir(parents=True, exist_ok=True)
