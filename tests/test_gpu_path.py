@@ -37,9 +37,10 @@ def test_a_compiled_run_trains_as_the_eager_one(tmp_path):
     assert compiled["run_id"] != eager["run_id"]  # inductor's fused numerics are not eager's
 
 
-def test_a_record_says_how_long_validation_took(tmp_path):
+def test_a_record_says_how_long_validation_and_start_up_took(tmp_path):
     record = run_tiny(tmp_path)
     assert 0 < record["validation_seconds"] < record["wall_time_sec"]
+    assert 0 < record["setup_seconds"] < record["startup_seconds"]  # the process began earlier
 
 
 def test_adamw_is_fused_only_where_the_parameters_are_on_a_gpu():

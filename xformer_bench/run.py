@@ -78,6 +78,18 @@ def _compile(model, backend: bool | str | None) -> None:
         model.compile(**({} if backend is True else {"backend": backend}))
 
 
+def _startup(first_step_at: float | None, job_started: float) -> dict[str, float | None]:
+    """Seconds to the first training step: from this job's start (a sweep's per-run overhead:
+    data, model, probes, trainer) and from the process's start (imports included)."""
+    from xformer_bench.training.throughput import process_started_at
+
+    if first_step_at is None:
+        return {"setup_seconds": None, "startup_seconds": None}
+    process = process_started_at()
+    return {"setup_seconds": first_step_at - job_started,
+            "startup_seconds": None if process is None else first_step_at - process}
+
+
 def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> None:
     import lightning as L
 
@@ -89,6 +101,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     from xformer_bench.training.trainer import build_trainer
     from xformer_bench.training.validation_history import ValidationHistory
 
+    job_started = time.time()
     resume, checkpoints, resumable = _resumable(config, record["run_id"])  # before anything runs
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = _build_datamodule(config)
@@ -135,6 +148,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
             steps_per_sec=throughput.steps_per_sec,
             tokens_per_sec=throughput.tokens_per_sec,
             validation_seconds=throughput.validation_seconds,
+            **_startup(throughput.first_step_at, job_started),
             early=history.at_fraction(1 / 8, max_steps),
             final=history.points[-1] if history.points else None,
             history=history.points,

@@ -9,8 +9,10 @@ evaluation costs a run).  Tokens are counted over all ranks:
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
+from pathlib import Path
 
 import lightning as L
 
@@ -23,6 +25,7 @@ class Throughput(L.Callback):
         self.train_seconds = 0.0
         self.timed_steps = 0
         self.validation_seconds = 0.0  # wall time inside validations (the record's share)
+        self.first_step_at: float | None = None  # wall clock (time.time) of this process's first step
         self._last: float | None = None
         self._validating_since: float | None = None
         self._warm = False
@@ -48,6 +51,8 @@ class Throughput(L.Callback):
         self.world_size = trainer.world_size
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
         if self._last is None:
             self._last = time.perf_counter()
 
@@ -75,3 +80,14 @@ class Throughput(L.Callback):
         if self._validating_since is not None:
             self.validation_seconds += time.perf_counter() - self._validating_since
             self._validating_since = None
+
+
+def process_started_at() -> float | None:
+    """Wall-clock time this process started (Linux ``/proc``), else None: the origin of the
+    record's ``startup_seconds`` -- interpreter, imports, composition, data and model."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
