@@ -59,3 +59,28 @@ def test_the_command_line_imports_no_torch_or_lightning_before_a_run(module):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def test_training_metrics_are_logged_only_on_the_steps_a_logger_writes(tmp_path, monkeypatch):
+    """Without a progress bar, per-step metrics are logged on the logger's schedule only (a
+    log call costs ~1 ms on a CPU) -- and every row the logger writes still has them."""
+    import csv
+
+    import lightning as L
+
+    logged, log = [], L.LightningModule.log
+    monkeypatch.setattr(L.LightningModule, "log",
+                        lambda self, name, *a, **k: (logged.append(name), log(self, name, *a, **k)))
+    run_tiny(tmp_path, "logger=csv", "trainer.log_every_n_steps=4")
+    assert logged.count("train/loss") == 4  # of 16 steps
+    [metrics] = (tmp_path / "run").rglob("metrics.csv")
+    rows = [r for r in csv.DictReader(metrics.open()) if r.get("train/loss")]
+    assert [int(r["step"]) for r in rows] == [3, 7, 11, 15]
+    assert all(r["train/bpb"] and r["train/steps_per_sec"] for r in rows[1:])
+
+
+@pytest.mark.skipif(torch.cuda.is_initialized(), reason="CUDA in use: nothing is queued")
+def test_per_step_seeding_queues_no_lazy_cuda_calls_on_a_cpu(tmp_path):
+    queued = len(torch.cuda._queued_calls)  # torch.manual_seed adds one per call, with a trace
+    run_tiny(tmp_path)
+    assert len(torch.cuda._queued_calls) <= queued + 2  # seed_everything's, not one a step

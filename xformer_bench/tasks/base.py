@@ -12,6 +12,7 @@ from torchmetrics import SumMetric
 
 from xformer_bench.tasks.optimization import (adamw_with_schedule, check_finite,
                                                check_optimization)
+from xformer_bench.training.log_steps import logs_this_step
 
 
 class Task(L.LightningModule):
@@ -60,6 +61,13 @@ class Task(L.LightningModule):
                 (self.global_step + 1) % max(trainer.log_every_n_steps, 1):
             return
         check_finite(loss, self.global_step, trainer.strategy if trainer is not None else None)
+
+    def log_training(self, prog_bar: bool = True, **metrics: torch.Tensor) -> None:
+        """Log per-step training metrics (``train/<name>``) on the steps they are shown or
+        written (:func:`~xformer_bench.training.log_steps.logs_this_step`)."""
+        if logs_this_step(self._trainer):
+            for name, value in metrics.items():
+                self.log(f"train/{name}", value, prog_bar=prog_bar and name != "aux_loss")
 
     def configure_optimizers(self):
         return adamw_with_schedule(self, self.optim, self.max_steps)

@@ -41,10 +41,8 @@ class ClassificationTask(Task):
         auxiliary = self.model.auxiliary_loss()
         loss = nats if auxiliary is None else nats + auxiliary
         self.check_finite(loss)
-        self.log("train/loss", nats, prog_bar=True)
-        self.log(TOP1.key("train"), (logits.argmax(-1) == labels).float().mean(), prog_bar=True)
-        if auxiliary is not None:
-            self.log("train/aux_loss", auxiliary)
+        self.log_training(loss=nats, **{TOP1.name: (logits.argmax(-1) == labels).float().mean()},
+                          **({} if auxiliary is None else {"aux_loss": auxiliary}))
         return loss
 
     def _eval_step(self, batch, split: str) -> None:

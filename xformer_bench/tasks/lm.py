@@ -50,10 +50,8 @@ class LanguageModelTask(Task):
         auxiliary = self.model.auxiliary_loss()
         loss = nats if auxiliary is None else nats + auxiliary
         self.check_finite(loss)
-        self.log("train/loss", nats, prog_bar=True)
-        self.log(self.bits.key("train"), nats / LN2, prog_bar=True)
-        if auxiliary is not None:
-            self.log("train/aux_loss", auxiliary)
+        self.log_training(loss=nats, **{self.bits.name: nats / LN2},
+                          **({} if auxiliary is None else {"aux_loss": auxiliary}))
         return loss
 
     def _eval_step(self, batch, split: str) -> None:

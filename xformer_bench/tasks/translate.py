@@ -62,7 +62,7 @@ class TranslationTask(Task):
         auxiliary = self.model.auxiliary_loss()
         loss = nats if auxiliary is None else nats + auxiliary
         self.check_finite(loss)
-        self.log("train/loss", nats, prog_bar=True)
+        self.log_training(loss=nats, **({} if auxiliary is None else {"aux_loss": auxiliary}))
         return loss
 
     def translate(self, source: torch.Tensor, beam: int) -> list[list[int]]:

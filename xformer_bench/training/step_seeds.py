@@ -29,7 +29,13 @@ class StepSeeds(L.Callback):
         self.seed = seed
 
     def _reseed(self, trainer, split: str, step: int) -> None:
-        torch.manual_seed(step_seed(self.seed, trainer.global_rank, step, split))
+        """The CPU generator, and the GPU's when the model is on one.  Not ``torch.manual_seed``:
+        on a machine whose CUDA (or XPU, MTIA) is never initialised it queues a lazy seeding
+        call with its stack trace for each -- milliseconds a step, and memory that grows."""
+        seed = step_seed(self.seed, trainer.global_rank, step, split)
+        torch.default_generator.manual_seed(seed)
+        if trainer.lightning_module.device.type == "cuda":
+            torch.cuda.manual_seed(seed)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         micro = batch_idx % trainer.accumulate_grad_batches

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import lightning as L
 
+from xformer_bench.training.log_steps import logs_this_step
+
 
 class Throughput(L.Callback):
     def __init__(self, tokens_per_step: int, window: int = 20):
@@ -67,9 +69,10 @@ class Throughput(L.Callback):
         self.recent.append(elapsed)
         self.train_seconds += elapsed
         self.timed_steps += 1
-        rate = len(self.recent) / sum(self.recent)
-        pl_module.log("train/steps_per_sec", rate, prog_bar=True)
-        pl_module.log("train/tokens_per_sec", rate * self.tokens_per_step * self.world_size)
+        if logs_this_step(trainer):
+            rate = len(self.recent) / sum(self.recent)
+            pl_module.log("train/steps_per_sec", rate, prog_bar=True)
+            pl_module.log("train/tokens_per_sec", rate * self.tokens_per_step * self.world_size)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._last = None  # restart the clock at the next training batch
