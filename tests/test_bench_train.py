@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from xformer_bench.bench import train_race
 
@@ -22,3 +23,15 @@ def test_the_race_times_each_contender_at_matched_size(monkeypatch):
     assert floor["vs_floor"] == 1.0 and xbench["vs_floor"] == pytest.approx(
         xbench["tokens_per_sec"] / floor["tokens_per_sec"])
     assert all(r["mfu"] is None for r in rows)  # CPU: no utilisation figure
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU path: needs CUDA")
+def test_the_race_on_a_gpu_reports_bf16_throughput_and_mfu(monkeypatch):
+    pytest.importorskip("x_transformers")
+    monkeypatch.setitem(train_race.SIZES, "tiny", TINY)
+    rows = train_race.as_rows(train_race.race("tiny", steps=3, device="cuda",
+                                              precision="bf16-mixed"))
+    for row in rows:
+        assert row["tokens_per_sec"] > 0 and row["step_memory_mib"] > 0
+        if "H100" in torch.cuda.get_device_name() or "H200" in torch.cuda.get_device_name():
+            assert 0 < row["mfu"] < 1
