@@ -62,12 +62,22 @@ class Task(L.LightningModule):
             return
         check_finite(loss, self.global_step, trainer.strategy if trainer is not None else None)
 
-    def log_training(self, prog_bar: bool = True, **metrics: torch.Tensor) -> None:
-        """Log per-step training metrics (``train/<name>``) on the steps they are shown or
-        written (:func:`~xformer_bench.training.log_steps.logs_this_step`)."""
+    def training_loss(self, nats: torch.Tensor, **metrics: torch.Tensor) -> torch.Tensor:
+        """What a training step optimises: ``nats`` plus the model's auxiliary losses (routers,
+        ACT, compression), checked finite (:meth:`check_finite`) and logged with ``metrics``."""
+        auxiliary = self.model.auxiliary_loss()
+        loss = nats if auxiliary is None else nats + auxiliary
+        self.check_finite(loss)
+        self.log_training(loss=nats, **metrics, aux_loss=auxiliary)
+        return loss
+
+    def log_training(self, **metrics: torch.Tensor | None) -> None:
+        """Log per-step training metrics (``train/<name>``; None ones skipped) on the steps they
+        are shown or written (:func:`~xformer_bench.training.log_steps.logs_this_step`)."""
         if logs_this_step(self._trainer):
             for name, value in metrics.items():
-                self.log(f"train/{name}", value, prog_bar=prog_bar and name != "aux_loss")
+                if value is not None:
+                    self.log(f"train/{name}", value, prog_bar=name != "aux_loss")
 
     def configure_optimizers(self):
         return adamw_with_schedule(self, self.optim, self.max_steps)

@@ -38,12 +38,7 @@ class ClassificationTask(Task):
         inputs, labels = batch  # (B, ...), (B,)
         logits = self.model(inputs)
         nats = F.cross_entropy(logits.float(), labels)
-        auxiliary = self.model.auxiliary_loss()
-        loss = nats if auxiliary is None else nats + auxiliary
-        self.check_finite(loss)
-        self.log_training(loss=nats, **{TOP1.name: (logits.argmax(-1) == labels).float().mean()},
-                          **({} if auxiliary is None else {"aux_loss": auxiliary}))
-        return loss
+        return self.training_loss(nats, **{TOP1.name: (logits.argmax(-1) == labels).float().mean()})
 
     def _eval_step(self, batch, split: str) -> None:
         inputs, labels = batch

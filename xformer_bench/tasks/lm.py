@@ -47,12 +47,7 @@ class LanguageModelTask(Task):
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         nats = self._nats(batch, "mean")
-        auxiliary = self.model.auxiliary_loss()
-        loss = nats if auxiliary is None else nats + auxiliary
-        self.check_finite(loss)
-        self.log_training(loss=nats, **{self.bits.name: nats / LN2},
-                          **({} if auxiliary is None else {"aux_loss": auxiliary}))
-        return loss
+        return self.training_loss(nats, **{self.bits.name: nats / LN2})
 
     def _eval_step(self, batch, split: str) -> None:
         self.eval_nats.update(self._nats(batch, "sum"))

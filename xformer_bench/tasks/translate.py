@@ -59,11 +59,7 @@ class TranslationTask(Task):
         log_probs, gold = self._log_probs(batch)
         nats = F.cross_entropy(log_probs.flatten(0, 1).float(), gold.flatten(),
                                ignore_index=self.ids["pad"], label_smoothing=self.label_smoothing)
-        auxiliary = self.model.auxiliary_loss()
-        loss = nats if auxiliary is None else nats + auxiliary
-        self.check_finite(loss)
-        self.log_training(loss=nats, **({} if auxiliary is None else {"aux_loss": auxiliary}))
-        return loss
+        return self.training_loss(nats)
 
     def translate(self, source: torch.Tensor, beam: int) -> list[list[int]]:
         """Token ids of the best translation of each row of ``source`` (B, S)."""

@@ -85,17 +85,18 @@ class Preemption(L.Callback):
         if self.received is None or (batch_idx + 1) % trainer.accumulate_grad_batches:
             return
         # Before a validation, stop without a point: one saved here would resume after it.
-        path = (None if self.validates_at(trainer.global_step, trainer.max_steps)
-                else self.save(trainer))
-        requeued = self.received != signal.SIGINT and requeue_slurm_job()
-        raise RunInterrupted(signal.Signals(self.received).name, trainer.global_step, path,
-                             requeued, self.auto)
+        self._stop(trainer, None if self.validates_at(trainer.global_step, trainer.max_steps)
+                   else self.save(trainer))
 
     def on_validation_batch_end(self, trainer, pl_module, *args) -> None:
         if self.received is not None and not trainer.sanity_checking:
-            requeued = self.received != signal.SIGINT and requeue_slurm_job()
-            raise RunInterrupted(signal.Signals(self.received).name, trainer.global_step, None,
-                                 requeued, self.auto)
+            self._stop(trainer, None)
+
+    def _stop(self, trainer, path: Path | None) -> None:
+        """Requeue under SLURM (not on Ctrl-C) and end the run as interrupted."""
+        requeued = self.received != signal.SIGINT and requeue_slurm_job()
+        raise RunInterrupted(signal.Signals(self.received).name, trainer.global_step, path,
+                             requeued, self.auto)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "fit")
