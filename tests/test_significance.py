@@ -71,3 +71,22 @@ def test_a_marked_table_compiles(tmp_path):
     (tmp_path / "t.tex").write_text(latex.render(build_table("x", variants, {"activation": "relu"})))
     done = compile_latex(tmp_path, ["t.tex"])
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_no_variance_on_either_side_is_not_testable_and_the_caption_says_so():
+    """Three equal seeds a side prove nothing about the spread: no p-value (not p = 0), no mark,
+    and the caption names the cell instead."""
+    assert welch_p_value(1.0, 0.0, 3, 2.0, 0.0, 3) is None
+    assert welch_p_value(1.0, 0.0, 3, 1.0, 0.0, 3) is None
+    assert welch_p_value(1.0, 0.0, 3, 2.0, 0.1, 3) < 0.05  # one side varies: testable
+    from xformer_bench.results.aggregate import mark_significant
+    from xformer_bench.results.table import Cell, Column, Row, Table
+
+    column = Column("test_bpb", "Test bpb", higher_is_better=False)
+    rows = [Row(label, (), (Cell(mean, 0.0, 3),), 3, 3, "finished=3")
+            for label, mean in (("Base", 1.0), ("Other", 2.0))]
+    marked = mark_significant([column], rows, baseline=0)
+    assert not marked[1].cells[0].marked and marked[1].cells[0].untestable
+    table = Table("x", (column,), tuple(marked), "Text", baseline="Base")
+    assert "Not testable (no variance over seeds in the row or the baseline): Other (Test bpb)" \
+        in markdown.render(table)

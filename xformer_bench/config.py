@@ -8,10 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from xformer_bench.resolvers import register as _register_resolvers
+
+_register_resolvers()  # before anything composes conf/ (its YAMLs use ${vaswani_lr:...})
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
-NOT_CHOICES = ("hydra", "experiment")
-"""Folders of conf/ that are not a run's choice: Hydra's own settings and study declarations."""
+NOT_CHOICES = ("hydra", "experiment", "sparse_pattern")
+"""Folders of conf/ that are not a run's choice: Hydra's own settings, study declarations, and
+pointers a dataset sets for a preset (``sparse_pattern``: its effect is the attention choice)."""
 PLUMBING_GROUPS = ("data", "trainer", "logger")
 """Choices that do not shape the model: the dataset (a table column), how it trains and logs."""
 CANONICAL_ORDER = ("model", "attention", "norm", "activation", "position", "ffn")

@@ -199,6 +199,8 @@ def mark_significant(columns: list[Column], rows: list[Row], baseline: int) -> l
                               reference.std or 0.0, reference.n)
             if p is not None and p < ALPHA:
                 row_cells[j] = replace(cell, marked=True)
+            elif p is None and min(cell.n, reference.n) >= 2:
+                row_cells[j] = replace(cell, untestable=True)
     return [replace(row, cells=tuple(c)) for row, c in zip(rows, cells)]
 
 

@@ -47,12 +47,14 @@ def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
 
 def welch_p_value(mean1: float, std1: float, n1: int, mean2: float, std2: float,
                   n2: int) -> float | None:
-    """Two-sided p-value that the two means are equal; None with fewer than 2 seeds a side."""
+    """Two-sided p-value that the two means are equal; None when the test cannot be made:
+    fewer than 2 seeds a side, or no variance on either side (t is undefined: equal seeds
+    prove nothing about the spread, so differing means are not called significant)."""
     if n1 < 2 or n2 < 2:
         return None
     v1, v2 = std1 ** 2 / n1, std2 ** 2 / n2
     if v1 + v2 == 0.0:
-        return 1.0 if mean1 == mean2 else 0.0
+        return None
     t = (mean1 - mean2) / math.sqrt(v1 + v2)
     df = (v1 + v2) ** 2 / (v1 ** 2 / (n1 - 1) + v2 ** 2 / (n2 - 1))
     return regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5)

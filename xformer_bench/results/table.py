@@ -31,6 +31,7 @@ class Cell:
     text: str | None = None               # shown instead of a number ("diverged", "2/3")
     bold: bool = False
     marked: bool = False                  # differs from the baseline row (Welch, p < 0.05)
+    untestable: bool = False              # seeds on both sides, none varies: no t-test
 
     @property
     def missing(self) -> bool:
@@ -97,6 +98,11 @@ def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") ->
         return table.note
     tested = (f" {dagger}: differs from the baseline row, {table.baseline}, by Welch's t-test "
               f"over seeds (two-sided p < {ALPHA})." if table.baseline else "")
+    untestable = [f"{row.label} ({column.title})" for row in table.rows
+                  for column, cell in zip(table.columns, row.cells) if cell.untestable]
+    if untestable:
+        tested += (" Not testable (no variance over seeds in the row or the baseline): "
+                   f"{', '.join(untestable)}.")
     return (f"{table.experiment}: mean{plus_minus}std (sample) over finished seeds; "
             f"Seeds: finished/total runs on {table.loss_data}; early/final loss: validation "
             f"loss on {table.loss_data} at 1/8 and at the end of training; "

@@ -24,17 +24,18 @@ def _count(value: object) -> bool:
 
 
 OPTIM_RULES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
-    ("lr", lambda v: _number(v) and v > 0,
-     "must be a positive number (the peak learning rate, e.g. optim.lr=3e-3)"),
     ("warmup_steps", lambda v: _count(v) and v >= 0,
      "must be 0 or a positive integer (the steps of linear warm-up)"),
+    ("lr", lambda v: _number(v) and v > 0,
+     "must be a positive number (the peak learning rate, e.g. optim.lr=3e-3)"),
     ("decay", lambda v: v in DECAYS, f"is not a schedule; choose one of: {', '.join(DECAYS)}"),
     ("min_lr_ratio", lambda v: _number(v) and 0 <= v <= 1,
      "must be between 0 and 1 (the final learning rate as a fraction of optim.lr)"),
     ("weight_decay", lambda v: _number(v) and v >= 0, "must be 0 or a positive number"),
     ("eps", lambda v: _number(v) and v > 0, "must be a positive number (e.g. optim.eps=1e-8)"),
 )
-"""``(key of optim, valid(value), what to write instead)``."""
+"""``(key of optim, valid(value), what to write instead)``, in the order checked: the warm-up
+before the rate, since a preset's rate may be derived from it (``${vaswani_lr:...}``)."""
 
 
 def check_optimization(optim: dict, max_steps: int) -> None:

@@ -1,0 +1,118 @@
+"""Explicit references every equivalence test compares against: written for clarity, not speed.
+
+* :func:`masked_softmax_attention` -- softmax attention over a materialised (T, S) score matrix
+  restricted to the allowed (query, key) pairs; the queries are the last T of the S key
+  positions (the house's convention, so cached keys come first); a query with no allowed key
+  gives 0.  Any sparse pattern is this with its mask.
+* :func:`query_key_positions`, :func:`causal_mask`, :func:`band_mask` -- the masks built from
+  absolute positions.
+* :func:`kernel_attention_recurrence` -- linear (kernelised) attention as the recurrence it
+  is: a running sum of phi(k) v^T and of phi(k), one position at a time.
+* :func:`decode_step_by_step` -- a language model's log-probabilities decoded one token at a
+  time through its key/value cache, for comparison with one forward pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def query_key_positions(t: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query positions (T, 1) and key positions (1, S): the queries are the last T of S."""
+    return torch.arange(s - t, s)[:, None], torch.arange(s)[None, :]
+
+
+def causal_mask(t: int, s: int) -> torch.Tensor:
+    """(T, S) bool: key j is allowed for query i when j <= i's position."""
+    p, j = query_key_positions(t, s)
+    return j <= p
+
+
+def band_mask(t: int, s: int, before: int, after: int = 0, dilation: int = 1) -> torch.Tensor:
+    """(T, S) bool: keys within ``before`` steps back and ``after`` steps ahead (in units of
+    ``dilation`` positions, on the query's residue class)."""
+    p, j = query_key_positions(t, s)
+    return (((p - j) % dilation == 0) & (j >= p - before * dilation)
+            & (j <= p + after * dilation))
+
+
+def masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             allowed: torch.Tensor | None = None, *, causal: bool = False,
+                             bias: torch.Tensor | None = None,
+                             padding: torch.Tensor | None = None,
+                             scale: float | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale + bias, over the allowed keys) v: q (B, H, T, Dh), k and v
+    (B, H, S, Dh); ``allowed`` broadcastable to (B, H, T, S) bool (None: every pair);
+    ``causal`` also masks keys after the query; ``padding`` (B, S) bool marks keys no query may
+    see; ``bias`` is added to the scores.  A query with no allowed key gives 0.  ``scale``
+    defaults to 1/sqrt(Dh)."""
+    t, s = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-1, -2) * scale  # (B, H, T, S)
+    if bias is not None:
+        scores = scores + bias
+    mask = torch.ones(t, s, dtype=torch.bool) if allowed is None else allowed.bool()
+    if causal:
+        mask = mask & causal_mask(t, s)
+    if padding is not None:
+        mask = mask & ~padding[:, None, None, :]
+    mask = mask.expand_as(scores)
+    some = mask.any(-1, keepdim=True)
+    weights = torch.where(mask, scores, float("-inf"))
+    weights = torch.where(some, weights, 0.0).softmax(-1) * some  # (B, H, T, S)
+    return weights @ v
+
+
+def kernel_attention_recurrence(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
+                                eps: float = 1e-6) -> torch.Tensor:
+    """Causal linear attention (Katharopoulos et al. 2020, eq. 9) as a recurrence over time:
+    S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i), out_i = phi(q_i) S_i /
+    (phi(q_i) z_i + eps).  phi_q (B, H, T, F), phi_k (B, H, T, F), v (B, H, T, Dv)."""
+    b, h, t, f = phi_q.shape
+    state = phi_q.new_zeros(b, h, f, v.shape[-1])  # (B, H, F, Dv)
+    normaliser = phi_q.new_zeros(b, h, f)  # (B, H, F)
+    out = []
+    for i in range(t):
+        state = state + phi_k[:, :, i, :, None] * v[:, :, i, None, :]
+        normaliser = normaliser + phi_k[:, :, i]
+        numerator = torch.einsum("bhf,bhfd->bhd", phi_q[:, :, i], state)
+        denominator = torch.einsum("bhf,bhf->bh", phi_q[:, :, i], normaliser)[..., None]
+        out.append(numerator / (denominator + eps))
+    return torch.stack(out, dim=2)  # (B, H, T, Dv)
+
+
+@torch.no_grad()
+def decode_step_by_step(model: torch.nn.Module, tokens: torch.Tensor,
+                        prefix: int = 1) -> torch.Tensor:
+    """Log-probabilities (B, T, V) of a TransformerLM fed ``tokens`` (B, T) through its key/value
+    cache: the first ``prefix`` tokens in one step, then one token per step."""
+    from xformer_bench.models.kv_cache import KVCache
+
+    cache = KVCache()
+    steps = [model.decode(tokens[:, :prefix], cache)]
+    for i in range(prefix, tokens.shape[1]):
+        steps.append(model.decode(tokens[:, i:i + 1], cache))
+    return torch.cat(steps, dim=1)
+
+
+def kernel_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
+                     allowed: torch.Tensor | None = None, *, causal: bool = False,
+                     padding: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """Linear (kernelised) attention over a materialised (T, S) weight matrix, the masks as in
+    :func:`masked_softmax_attention`: W = phi(q) phi(k)^T over the allowed pairs,
+    out_i = sum_j W_ij v_j / (sum_j W_ij + eps).  phi_q (B, H, T, F), phi_k (B, H, S, F),
+    v (B, H, S, Dv); the queries are the last T of the S key positions; a query with no allowed
+    key gives 0.  Causal with T = S, it is :func:`kernel_attention_recurrence`."""
+    t, s = phi_q.shape[-2], phi_k.shape[-2]
+    weights = phi_q @ phi_k.transpose(-1, -2)  # (B, H, T, S)
+    mask = torch.ones(t, s, dtype=torch.bool) if allowed is None else allowed.bool()
+    if causal:
+        mask = mask & causal_mask(t, s)
+    if padding is not None:
+        mask = mask & ~padding[:, None, None, :]
+    weights = weights * mask
+    some = mask.expand_as(weights).any(-1, keepdim=True)
+    out = (weights @ v) / (weights.sum(-1, keepdim=True) + eps)
+    return torch.where(some, out, 0.0)
