@@ -5,11 +5,10 @@ padding, weight sharing, softmax-normalised kernels, per-layer widths and the op
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
+from references import masked_softmax_attention
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
@@ -221,16 +220,6 @@ def test_per_layer_widths_follow_ctx_layer_and_keep_the_last(name):
 # --- long-short range attention ----------------------------------------------------------
 
 
-def explicit_attention(q, k, v, causal, padding=None):
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, T)
-    t = scores.shape[-1]
-    if causal:
-        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-    if padding is not None:
-        scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
-    return scores.softmax(-1) @ v
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_lsra_is_attention_on_one_half_and_lightconv_on_the_other(causal):
     layer = build("lsra", d_model=16, n_heads=2, kernel_size=3)
@@ -242,7 +231,7 @@ def test_lsra_is_attention_on_one_half_and_lightconv_on_the_other(causal):
     # attention half: channels 0-7, 2 heads of 4, q/k/v from the half's own projection
     q, k, v = (x[..., :8] @ layer.qkv.weight.T + layer.qkv.bias).split(8, dim=-1)
     heads = lambda y: y.view(2, 7, 2, 4).transpose(1, 2)  # noqa: E731 -- (B, H, T, 4)
-    attention = explicit_attention(heads(q), heads(k), heads(v), causal)
+    attention = masked_softmax_attention(heads(q), heads(k), heads(v), causal=causal)
     torch.testing.assert_close(out[..., :8], attention.transpose(1, 2).reshape(2, 7, 8).detach(),
                                atol=1e-5, rtol=1e-5)
     # convolution half: channels 8-15 through GLU and a lightweight conv with 2 shared kernels
@@ -264,7 +253,7 @@ def test_lsra_attention_honours_padding_and_a_dynamic_branch_is_an_option():
         layer.out.bias.zero_()
     q, k, v = (x[..., :8] @ layer.qkv.weight.T + layer.qkv.bias).split(8, dim=-1)
     heads = lambda y: y.view(2, 7, 2, 4).transpose(1, 2)  # noqa: E731
-    expected = explicit_attention(heads(q), heads(k), heads(v), False, padding)
+    expected = masked_softmax_attention(heads(q), heads(k), heads(v), padding=padding)
     out = layer(x, context(False, padding=padding))[..., :8]
     torch.testing.assert_close(out, expected.transpose(1, 2).reshape(2, 7, 8).detach(),
                                atol=1e-5, rtol=1e-5)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import compose_config
+from references import causal_mask
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
 from xformer_bench.models.context import ForwardContext
@@ -117,8 +118,8 @@ def test_mixer_is_eq_1_of_the_paper_channel_by_channel(causal, token_hidden):
     layer = randomised(build("mixer", token_hidden=token_hidden))
     w1, b1 = layer.hidden_weight.detach(), layer.hidden_bias.detach()  # (D_S, S), (D_S,)
     w2, b2 = layer.output_weight.detach(), layer.output_bias.detach()  # (S, D_S), (S,)
-    if causal:
-        w1, w2 = w1.tril(), w2.tril()
+    if causal:  # D_S = S: hidden unit t and output t see positions <= t
+        w1, w2 = (w.masked_fill(~causal_mask(SEQ_LEN, SEQ_LEN), 0.0) for w in (w1, w2))
     x = torch.randn(2, SEQ_LEN, D_MODEL)
     expected = torch.empty_like(x)
     for b in range(2):
@@ -141,7 +142,8 @@ def spatial_gating_reference(layer, x, causal):
     z1, z2 = F.gelu(layer.up(x)).chunk(2, dim=-1)  # (B, T, d_ffn/2) each
     z2 = F.layer_norm(z2, z2.shape[-1:], layer.gate_norm.weight, layer.gate_norm.bias)
     w, bias, t = layer.spatial_weight, layer.spatial_bias, x.shape[1]
-    gate = torch.stack([sum(w[i, j] * z2[:, j] for j in range(t) if j <= i or not causal) + bias[i]
+    seen = causal_mask(t, t) if causal else torch.ones(t, t, dtype=torch.bool)
+    gate = torch.stack([sum(w[i, j] * z2[:, j] for j in range(t) if seen[i, j]) + bias[i]
                         for i in range(t)], dim=1)  # (B, T, d_ffn/2)
     return layer.out(z1 * gate)
 

@@ -1,6 +1,7 @@
 """Multi-head refinements (issue 10): persistent memory, multi-query and grouped-query
 attention, cross-covariance attention, and the feed-forward option ``none`` -- each against
-an explicit reference built here."""
+an explicit reference built here (the attention ones on the shared dense reference,
+references.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import pytest
 import torch
 
+from references import masked_softmax_attention
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.block import Block
@@ -96,26 +98,21 @@ def test_multi_query_saves_the_kv_projections_of_all_heads_but_one():
 # -- persistent memory --------------------------------------------------------------------------
 
 def _persistent_reference(kernel, q, k, v, causal, bias=None, key_padding_mask=None):
-    """Softmax over [memory; sequence] keys written out: the memory gets no bias and no mask."""
+    """Softmax over [memory; sequence] keys: the shared reference with the N memory vectors
+    prepended as the earliest key positions -- before every query, so the causal mask leaves
+    them all visible -- with no bias (zeros) and no padding on them."""
+    b, h, t, _ = q.shape
+    n = kernel.n_persistent
     memory_k = kernel.keys * math.sqrt(q.shape[-1])  # (H, N, Dh)
-    memory_v = kernel.values * math.sqrt(kernel.n_persistent)  # (H, N, Dh)
-    b, h, t, dh = q.shape
-    s, n = k.shape[-2], memory_k.shape[-2]
-    out = torch.empty_like(q)
-    for bi in range(b):
-        for hi in range(h):
-            keys = torch.cat([memory_k[hi], k[bi, hi]])  # (N + S, Dh)
-            values = torch.cat([memory_v[hi], v[bi, hi]])
-            for i in range(t):
-                scores = keys @ q[bi, hi, i] / math.sqrt(dh)  # (N + S,)
-                for j in range(s):
-                    if bias is not None:
-                        scores[n + j] += bias[hi, i, j]
-                    padded = key_padding_mask is not None and key_padding_mask[bi, j]
-                    if (causal and j > i + s - t) or padded:
-                        scores[n + j] = float("-inf")
-                out[bi, hi, i] = scores.softmax(-1) @ values
-    return out
+    memory_v = kernel.values * math.sqrt(n)  # (H, N, Dh)
+    keys = torch.cat([memory_k.expand(b, -1, -1, -1), k], -2)  # (B, H, N + S, Dh)
+    values = torch.cat([memory_v.expand(b, -1, -1, -1), v], -2)
+    if bias is not None:
+        bias = torch.cat([bias.new_zeros(h, t, n), bias], -1)  # (H, T, N + S)
+    if key_padding_mask is not None:
+        key_padding_mask = torch.cat([key_padding_mask.new_zeros(b, n), key_padding_mask], -1)
+    return masked_softmax_attention(q, keys, values, causal=causal, bias=bias,
+                                    padding=key_padding_mask)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -184,18 +181,15 @@ def test_all_attention_network_has_no_feed_forward_and_is_causal():
 # -- cross-covariance attention -----------------------------------------------------------------
 
 def _xca_reference(q, k, v, temperature):
-    """El-Nouby et al.'s XCA per (batch, head), channel by channel."""
-    b, h, t, dh = q.shape
-    out = torch.empty_like(v)
-    for bi in range(b):
-        for hi in range(h):
-            qn = q[bi, hi] / q[bi, hi].norm(dim=0, keepdim=True)  # (T, Dh): unit columns
-            kn = k[bi, hi] / k[bi, hi].norm(dim=0, keepdim=True)
-            for i in range(dh):
-                logits = torch.stack([qn[:, i] @ kn[:, j] for j in range(dh)]) * temperature[hi]
-                weights = logits.softmax(-1)  # (Dh,) over key channels
-                out[bi, hi, :, i] = v[bi, hi] @ weights  # (T,)
-    return out
+    """El-Nouby et al.'s XCA: softmax attention across channels -- the shared reference with
+    channel i of q (unit-norm over the sequence, times the head's temperature) as query i,
+    the unit channels of k as the keys and the channels of v as the values, unscaled."""
+    qn = q / q.norm(dim=-2, keepdim=True)  # (B, H, T, Dh): unit columns
+    kn = k / k.norm(dim=-2, keepdim=True)
+    queries = (qn * temperature[:, None, None]).transpose(-1, -2)  # (B, H, Dh, T)
+    out = masked_softmax_attention(queries, kn.transpose(-1, -2), v.transpose(-1, -2),
+                                   scale=1.0)  # (B, H, Dh, T): [i] = sum_j w_ij v_j (channels)
+    return out.transpose(-1, -2)  # (B, H, T, Dh)
 
 
 def test_xcit_equals_its_explicit_formula_and_ignores_padded_positions():

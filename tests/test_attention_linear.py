@@ -1,6 +1,7 @@
-"""Linearised attention (``linear``, ``performer``) against references built here: the explicit
-kernel formula out_i = phi(q_i) sum_j phi(k_j) v_j^T / phi(q_i) sum_j phi(k_j) over a dense
-(T, S) weight matrix, FAVOR+'s convergence to softmax attention as the features grow, the
+"""Linearised attention (``linear``, ``performer``) against the shared references
+(references.py): the explicit kernel formula out_i = phi(q_i) sum_j phi(k_j) v_j^T /
+phi(q_i) sum_j phi(k_j) over a dense (T, S) weight matrix and, causal, the running-sum
+recurrence; FAVOR+'s convergence to softmax attention as the features grow, the
 stabilised prefix sums' causality, and the redraw schedule of the random features."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from references import kernel_attention, kernel_attention_recurrence
 from xformer_bench.attention._feature_maps import feature_attention
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import ATTENTION
@@ -18,16 +20,15 @@ from xformer_bench.registry import ATTENTION
 DIMS = ModelDims(d_model=32, n_heads=2, n_layers=2, d_ff=64, seq_len=32, vocab_size=256)
 
 
-def dense_kernel_attention(phi_q, phi_k, v, causal, key_padding_mask=None, eps=1e-6):
-    """The explicit formula over a materialised (T, S) weight matrix; queries are the last T
-    of the S key positions."""
-    weights = phi_q @ phi_k.transpose(-1, -2)  # (B, H, T, S)
-    t, s = weights.shape[-2:]
-    if causal:
-        weights = weights * torch.ones(t, s, dtype=torch.bool).tril(s - t)
+def recurrence_over_keys(phi_q, phi_k, v, key_padding_mask=None, eps=1e-6):
+    """Causal linear attention of the last T of S positions through the shared recurrence run
+    over all S: the S - T earlier positions get placeholder queries whose outputs are dropped;
+    a padded key has zero features, so it adds nothing to either running sum."""
+    t, s = phi_q.shape[-2], phi_k.shape[-2]
     if key_padding_mask is not None:
-        weights = weights * ~key_padding_mask[:, None, None, :]
-    return (weights @ v) / (weights.sum(-1, keepdim=True) + eps)
+        phi_k = phi_k * ~key_padding_mask[:, None, :, None]
+    queries = torch.cat([torch.ones_like(phi_k[..., : s - t, :]), phi_q], -2)  # (B, H, S, F)
+    return kernel_attention_recurrence(queries, phi_k, v, eps)[..., s - t:, :]
 
 
 def qkv(t=19, s=23, dh=8, scale=1.0, seed=0, dtype=torch.float64):
@@ -52,9 +53,12 @@ def test_linear_equals_the_explicit_kernel_formula(causal, chunk_size):
     kernel = ATTENTION.get("linear")(DIMS, chunk_size=chunk_size)
     phi = lambda x: F.elu(x) + 1  # noqa: E731 -- Katharopoulos et al. eq. 7
     for mask in (None, padding()):
-        expected = dense_kernel_attention(phi(q), phi(k), v, causal, mask)
-        torch.testing.assert_close(kernel(q, k, v, causal=causal, key_padding_mask=mask),
-                                   expected, atol=1e-10, rtol=1e-10)
+        expected = kernel_attention(phi(q), phi(k), v, causal=causal, padding=mask)
+        out = kernel(q, k, v, causal=causal, key_padding_mask=mask)
+        torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+        if causal:
+            torch.testing.assert_close(out, recurrence_over_keys(phi(q), phi(k), v, mask),
+                                       atol=1e-10, rtol=1e-10)
 
 
 def favor_features(x, w, kernel):
@@ -78,9 +82,12 @@ def test_performer_equals_the_explicit_formula_with_its_features(causal, kernel)
     w = layer.features.double()
     for mask in (None, padding()):
         phi_q, phi_k = favor_features(q, w, kernel), favor_features(k, w, kernel)
-        expected = dense_kernel_attention(phi_q, phi_k, v, causal, mask, eps=0.0)
+        expected = kernel_attention(phi_q, phi_k, v, causal=causal, padding=mask, eps=0.0)
         out = layer(q, k, v, causal=causal, key_padding_mask=mask)
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        if causal:
+            torch.testing.assert_close(out, recurrence_over_keys(phi_q, phi_k, v, mask, eps=0.0),
+                                       atol=1e-5, rtol=1e-5)
 
 
 def test_performer_error_against_softmax_falls_as_features_grow():

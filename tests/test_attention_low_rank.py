@@ -1,18 +1,18 @@
 """The low-rank / compressed family -- linformer, nystromformer, memory_compressed -- against
-references built here: Linformer with identity projections (k = n = T) is full attention;
-Nyströmformer with a landmark per position is the closed form of its pseudo-inverse iteration
-(in the SVD basis of the attention matrix) and approaches full attention as the iteration
-converges; memory-compressed attention is dense attention over explicitly compressed keys
-under the explicit block mask; padded keys have no influence on any of them."""
+references built here on the shared dense one (references.py): Linformer with identity
+projections (k = n = T) is full attention; Nyströmformer with a landmark per position is the
+closed form of its pseudo-inverse iteration (in the SVD basis of the attention matrix) and
+approaches full attention as the iteration converges; memory-compressed attention is dense
+attention over explicitly compressed keys under the explicit block mask; padded keys have no
+influence on any of them."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from references import causal_mask, masked_softmax_attention, query_key_positions
 from test_attention_zoo import LargestAllocation
 from xformer_bench.attention.linformer import LinformerAttention
 from xformer_bench.attention.memory_compressed import MemoryCompressedAttention
@@ -31,14 +31,6 @@ def dims(seq_len: int, heads: int = 2, d_model: int = 32) -> ModelDims:
 def qkv(t: int, s: int | None = None, seed: int = 0, heads: int = 2, dh: int = 16):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(2, heads, n, dh, generator=g) for n in (t, s or t, s or t)]
-
-
-def dense(q, k, v, allowed=None):
-    """Softmax attention over the allowed pairs ((T, S) bool), the reference."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, S)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    return scores.softmax(-1) @ v
 
 
 def padding_has_no_influence(kernel, t: int, causal: bool = False):
@@ -64,15 +56,16 @@ def test_linformer_with_identity_projections_is_full_attention(sharing):
         kernel.E.copy_(torch.eye(12).expand_as(kernel.E))
         kernel.F.copy_(torch.eye(12).expand_as(kernel.F))
     q, k, v = qkv(12)
-    torch.testing.assert_close(kernel(q, k, v, causal=False), dense(q, k, v), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kernel(q, k, v, causal=False), masked_softmax_attention(q, k, v),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_linformer_projects_a_shorter_input_with_the_first_columns():
     kernel = LinformerAttention(dims(20), k=6)
     q, k, v = qkv(9, 11)  # 9 queries over 11 keys (the last 9 positions), n = 20
     e, f = kernel.E.detach()[:, :, :11], kernel.F.detach()[:, :, :11]  # (H, k, 11)
-    torch.testing.assert_close(kernel(q, k, v, causal=False), dense(q, e @ k, f @ v),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kernel(q, k, v, causal=False),
+                               masked_softmax_attention(q, e @ k, f @ v), atol=1e-5, rtol=1e-5)
 
 
 def test_linformer_sharing_and_its_refusals():
@@ -99,7 +92,8 @@ def closed_form_nystrom(q, k, v, iterations):
     SVD basis of A (float64).  Z_0 = A^T / (||A||_1 ||A||_inf) is a polynomial in A^T, so each
     singular value sigma of A is taken to sigma x_n, x_0 = sigma^2 / (||A||_1 ||A||_inf),
     x' = x (13 - 15 x + 7 x^2 - x^3) / 4 (eq. 16); x_n -> 1 is the pseudo-inverse."""
-    a = (q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])).softmax(-1)
+    s = k.shape[-2]  # A is softmax attention applied to the identity as values
+    a = masked_softmax_attention(q.double(), k.double(), torch.eye(s, dtype=torch.float64))
     u, sigma, vh = torch.linalg.svd(a)
     x = sigma ** 2 / (a.sum(-2).amax(-1) * a.sum(-1).amax(-1))[..., None]
     for _ in range(iterations):
@@ -114,7 +108,7 @@ def test_nystrom_with_a_landmark_per_position_is_its_closed_form_and_approaches_
     inverted yet; the output then differs from full attention by at most that residual,
     max sigma (1 - x_6), times ||V||_2 -- bounded here, and below 1e-3 by 30 iterations."""
     q, k, v = qkv(24)
-    full = dense(q, k, v)
+    full = masked_softmax_attention(q, k, v)
     for iterations in (6, 30):
         kernel = NystromAttention(dims(24), n_landmarks=24, pinv_iterations=iterations,
                                   conv_kernel=0)
@@ -183,14 +177,15 @@ def test_memory_compressed_is_dense_attention_over_compressed_keys_under_the_blo
     keys = torch.cat([explicitly_compressed(k, kernel.compress_k, c), k], -2)  # (B, H, nb + S, Dh)
     values = torch.cat([explicitly_compressed(v, kernel.compress_v, c), v], -2)
     n_blocks = -(-s // c)
-    position = torch.arange(s - t, s)[:, None]  # (T, 1) query positions
-    block, key = torch.arange(n_blocks)[None, :], torch.arange(s)[None, :]
+    position, key = query_key_positions(t, s)  # (T, 1) query and (1, S) key positions
+    block = torch.arange(n_blocks)[None, :]
     if causal:  # earlier blocks compressed, the own block uncompressed up to the query
-        own = (key // c == position // c) & (key <= position)
+        own = (key // c == position // c) & causal_mask(t, s)
         allowed = torch.cat([block < position // c, own], -1)
     else:  # every compressed block, no uncompressed key
         allowed = torch.cat([block >= 0, key < 0], -1).expand(t, -1)
-    torch.testing.assert_close(kernel(q, k, v, causal=causal), dense(q, keys, values, allowed),
+    torch.testing.assert_close(kernel(q, k, v, causal=causal),
+                               masked_softmax_attention(q, keys, values, allowed),
                                atol=1e-5, rtol=1e-5)
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from references import band_mask, causal_mask, masked_softmax_attention, query_key_positions
 from xformer_bench.attention.lsh import LSHAttention, bucket_factors, hash_buckets
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
@@ -28,16 +29,20 @@ def heads(y: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, Dh)
 
 
 def dense_rounds(lsh, x, allowed, position=None):
-    """Dense shared-QK attention per round under ``allowed`` (B|1, H|1, R, T, T): self-logit
-    -1e5, rounds combined by the softmax of their log-normalisers, then ``out``."""
+    """Dense shared-QK attention per round under ``allowed`` ((B|1, H|1, R, T, T) or (T, T)):
+    each round the shared reference with the unit keys, unscaled, self-logit -1e5 as a bias;
+    rounds combined by the softmax of their log-normalisers, then ``out``."""
     qk, v = heads(lsh.qk(x)), heads(lsh.v(x))
     if position is not None:
         qk, _ = position.rotate(qk, qk)
-    scores = qk @ F.normalize(qk, dim=-1).transpose(-1, -2)  # (B, H, T, T), unscaled
-    t = x.shape[1]
-    scores = (scores - 1e5 * torch.eye(t))[:, :, None]  # (B, H, 1, T, T)
+    keys, t = F.normalize(qk, dim=-1), x.shape[1]
+    self_logit = -1e5 * torch.eye(t)  # (T, T)
+    rounds = allowed.shape[-3] if allowed.dim() > 2 else 1
+    per_round = lambda y: y[:, :, None].expand(-1, -1, rounds, -1, -1)  # noqa: E731
+    out = masked_softmax_attention(per_round(qk), per_round(keys), per_round(v), allowed,
+                                   bias=self_logit, scale=1.0)  # (B, H, R, T, Dh)
+    scores = (qk @ keys.transpose(-1, -2) + self_logit)[:, :, None]  # (B, H, 1, T, T)
     scores = scores.masked_fill(~allowed, float("-inf"))
-    out = scores.softmax(-1) @ v[:, :, None]  # (B, H, R, T, Dh)
     share = scores.logsumexp(-1).softmax(dim=2)[..., None]  # (B, H, R, T, 1)
     y = (share * out).sum(2)  # (B, H, T, Dh)
     return lsh.out(y.transpose(1, 2).reshape(x.shape))
@@ -49,9 +54,7 @@ def test_one_bucket_one_round_is_shared_qk_full_attention_with_the_self_mask(cau
     lsh = layer(n_buckets=1, n_hashes=1)  # chunk 64 >= T: one chunk
     pos = POSITION.get(position)(DIMS) if position == "rotary" else Position()
     x = torch.randn(2, 20, 32)
-    allowed = torch.ones(20, 20, dtype=torch.bool)
-    if causal:
-        allowed = allowed.tril()
+    allowed = causal_mask(20, 20) if causal else torch.ones(20, 20, dtype=torch.bool)
     expected = dense_rounds(lsh, x, allowed, pos if position == "rotary" else None)
     out = lsh(x, ForwardContext(pos, causal=causal))
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
@@ -70,8 +73,8 @@ def test_one_bucket_with_chunks_is_a_band_of_chunks(causal):
     previous chunk of 4 (no wrap-around); 19 positions, the last chunk partial."""
     lsh = layer(n_buckets=1, n_hashes=1, chunk_size=4)
     x = torch.randn(2, 19, 32)
-    i, j = torch.arange(19)[:, None], torch.arange(19)[None, :]
-    allowed = (j <= i) & (j > i - 4) if causal else (i // 4 - j // 4 >= 0) & (i // 4 - j // 4 <= 1)
+    i, j = query_key_positions(19, 19)
+    allowed = band_mask(19, 19, 3) if causal else (i // 4 - j // 4 >= 0) & (i // 4 - j // 4 <= 1)
     out = lsh(x, ForwardContext(Position(), causal=causal))
     torch.testing.assert_close(out, dense_rounds(lsh, x, allowed), atol=1e-5, rtol=1e-5)
 
