@@ -116,3 +116,43 @@ def kernel_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
     some = mask.expand_as(weights).any(-1, keepdim=True)
     out = (weights @ v) / (weights.sum(-1, keepdim=True) + eps)
     return torch.where(some, out, 0.0)
+
+
+# ----------------------------------------------------- small boundaries (issue 21, item 10)
+
+BOUNDARY_KEYS = frozenset({
+    "window", "local_window", "block", "memory", "global_blocks", "n_global", "stride",
+    "summary", "rows", "cols", "chunk_size", "n_buckets", "n_clusters", "n_landmarks",
+    "conv_kernel", "compression", "kernel_size", "max_span", "ramp"})
+"""YAML keys of the attention group that place a boundary (a window's edge, a block's, a
+chunk's, a cluster's, a kernel's reach): an option with any of them has a BOUNDARY_KWARGS
+entry, so that tests cross its boundaries at a short length."""
+
+BOUNDARY_SEQ_LEN = 20
+"""The length the BOUNDARY_KWARGS entries are sized for: 4 to 7 of their boundaries."""
+
+BOUNDARY_KWARGS: dict[str, dict] = {
+    "adaptive_span": {"max_span": 16, "ramp": 2, "init_span": 3.0},  # reach 5, a band
+    "axial": {"cols": 4},
+    "bigbird": {"block": 3, "window_blocks": 3, "global_blocks": 1, "random_blocks": 1},
+    "block_local": {"block": 4, "memory": 4},
+    "clustered": {"n_clusters": 3, "topk": 4},
+    "dilated": {"window": 4, "dilation": 2},
+    "dynamic_conv": {"kernel_size": 3},
+    "fixed": {"stride": 4, "summary": 2},
+    "gaussian_prior": {"window": 5},
+    "lightweight_conv": {"kernel_size": 3},
+    "linear": {"chunk_size": 4},
+    "local": {"window": 5},
+    "longformer": {"window": 5, "n_global": 1},
+    "lsh": {"chunk_size": 4, "n_hashes": 2, "n_buckets": 4},
+    "lsra": {"kernel_size": 3},
+    "memory_compressed": {"compression": 3},
+    "nystromformer": {"n_landmarks": 4, "conv_kernel": 3},
+    "performer": {"chunk_size": 4, "n_features": 16},
+    "routing": {"n_clusters": 3, "window": 4, "local_window": 4},
+    "sinkhorn": {"block": 4},
+    "strided": {"stride": 4},
+}
+"""attention name -> YAML keys that put its boundaries a few positions apart (window 4-5,
+block 3-4, stride 4, chunk 4, 3 clusters, kernel width 3), for BOUNDARY_SEQ_LEN positions."""

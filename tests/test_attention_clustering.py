@@ -1,7 +1,9 @@
 """Content-clustered attention: ``routing`` (Roy et al. 2021) and ``clustered`` (Vyas et al.
-2020) against dense references built here, at small T: one cluster / a cluster per query is
-full attention, several clusters follow the papers' definitions, routing stays causal with
-many small clusters and moves its centroids by the EMA formula in training only."""
+2020) against dense attention under explicit masks (:mod:`references`), at small T: one
+cluster / a cluster per query is full attention, several clusters follow the papers'
+definitions (routing's windows by absolute position, with more keys than queries), routing
+stays causal with many small clusters and moves its centroids by the EMA formula once per
+optimiser step, in training only, recomputed blocks (``model.checkpointing``) or not."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import compose_config, declared_refusals
+from conftest import compose_config, declared_refusals, seeded_model, seeded_tokens
+from references import causal_mask, masked_softmax_attention, query_key_positions
 from xformer_bench.attention.clustered import hamming_kmeans
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
 from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.step_updates import apply_pending_updates
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.registry import ATTENTION
 
@@ -26,15 +30,6 @@ def qkv(t=16, s=16, heads=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(2, heads, t, 8, generator=g), torch.randn(2, heads, s, 8, generator=g),
             torch.randn(2, heads, s, 8, generator=g))
-
-
-def dense(q, k, v, allowed):  # allowed: bool, broadcastable to (B, H, T, S)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
-
-
-def causal_mask(t, s):
-    return torch.ones(t, s, dtype=torch.bool).tril(s - t)
 
 
 def routing(**kwargs):
@@ -58,7 +53,7 @@ def test_routing_with_one_cluster_is_full_attention_over_normalised_queries_and_
     allowed = ~padding[:, None, None, :] & (causal_mask(t, s) if causal else True)
     kernel = routing(n_clusters=1).eval()
     out = kernel(q, k, v, causal=causal, key_padding_mask=padding)
-    expected = dense(normed(q), normed(k), v, allowed).nan_to_num()  # no key: 0
+    expected = masked_softmax_attention(normed(q), normed(k), v, allowed)  # no key: 0
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -72,22 +67,59 @@ def test_routing_attends_within_clusters_as_the_paper_defines(causal):
     allowed = query_cluster[..., :, None] == key_cluster[..., None, :]  # (B, H, T, S)
     if causal:
         allowed = allowed & causal_mask(16, 16)
-    expected = dense(normed(q), normed(k), v, allowed).nan_to_num()  # no key: 0
+    expected = masked_softmax_attention(normed(q), normed(k), v, allowed)  # no key: 0
     torch.testing.assert_close(kernel(q, k, v, causal=causal), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize(("t", "s"), [(12, 12), (5, 12)])
 @pytest.mark.parametrize("causal", [True, False])
-def test_routing_local_heads_attend_to_a_window_of_two_blocks(causal):
-    """Blocks of 4: causal, the block and the previous one; bidirectional, 8 keys centred on
-    the block, kept inside the sequence (0-7, 2-9, 4-11)."""
-    q, k, v = qkv(12, 12)
+def test_routing_local_heads_attend_to_a_window_of_two_blocks(causal, t, s):
+    """Blocks of 4 at absolute positions (the queries the last T): causal, the block and the
+    previous one; bidirectional, 8 keys centred on the block, kept inside the sequence (0-7,
+    2-9, 4-11)."""
+    q, k, v = qkv(t, s)
     kernel = routing(local_fraction=1.0, local_window=4).eval()
-    start = torch.tensor([-4, 0, 4] if causal else [0, 2, 4]).repeat_interleave(4)[:, None]
-    j = torch.arange(12)[None, :]
+    p, j = query_key_positions(t, s)
+    first = p // 4 * 4  # the block's first position
+    start = first - 4 if causal else (first - 2).clamp(0, s - 8)
     allowed = (j >= start) & (j < start + 8)
-    allowed = allowed & causal_mask(12, 12) if causal else allowed
-    torch.testing.assert_close(kernel(q, k, v, causal=causal), dense(q, k, v, allowed),
-                               atol=1e-5, rtol=1e-5)
+    allowed = allowed & causal_mask(t, s) if causal else allowed
+    torch.testing.assert_close(kernel(q, k, v, causal=causal),
+                               masked_softmax_attention(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+
+
+def routing_mask(query_cluster, key_cluster, window, causal):
+    """(B, H, T, S): each query's cluster's keys, ranked by position, in blocks of ``window``
+    counted from position 0; query p falls in the block of the number a of its cluster's keys
+    before p and sees, of 2r (r = min(window, S)) ranks, its block and the previous one
+    (causal, keys <= p) or those centred on its block's start, kept inside the cluster."""
+    t, s = query_cluster.shape[-1], key_cluster.shape[-1]
+    p, j = query_key_positions(t, s)
+    same = query_cluster[..., :, None] == key_cluster[..., None, :]  # (B, H, T, S)
+    rank = same.cumsum(-1) - 1  # each key's rank among the query's cluster's keys
+    block_start = (same & (j < p)).sum(-1, keepdim=True) // window * window  # (B, H, T, 1)
+    r = min(window, s)
+    if causal:
+        first = (block_start - r).clamp(min=0)
+    else:
+        first = (block_start - r // 2).minimum(same.sum(-1, keepdim=True) - 2 * r).clamp(min=0)
+    allowed = same & (rank >= first) & (rank < first + 2 * r)
+    return allowed & causal_mask(t, s) if causal else allowed
+
+
+@pytest.mark.parametrize(("t", "s"), [(40, 40), (13, 40)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_routing_sees_its_block_of_its_clusters_keys_and_the_previous_one(causal, t, s):
+    """Blocks of 3 keys per cluster, 3 clusters, more keys than queries: the kernel's windows
+    by absolute position, so the last T queries see what they see among all S."""
+    q, k, v = qkv(t, s, seed=4)
+    kernel = routing(n_clusters=3, window=3).eval()
+    query_cluster, key_cluster = kernel.nearest(normed(q)), kernel.nearest(normed(k))
+    counts = F.one_hot(key_cluster, 3).sum(2)  # (B, H, C)
+    assert (counts > 2 * 3).any() and len(query_cluster.unique()) == 3, "windows must bite"
+    allowed = routing_mask(query_cluster, key_cluster, 3, causal)
+    expected = masked_softmax_attention(normed(q), normed(k), v, allowed)  # no key: 0
+    torch.testing.assert_close(kernel(q, k, v, causal=causal), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_routing_with_small_clusters_never_sees_the_future():
@@ -119,16 +151,21 @@ def test_a_routing_lm_with_many_clusters_is_causal():
                                        atol=1e-5, rtol=1e-5)
 
 
-def test_routing_centroids_move_by_the_ema_formula_in_training_and_not_in_eval():
+def test_routing_centroids_move_by_the_ema_formula_after_a_training_step_only():
+    """A training forward records the statistics and moves nothing; the update after the
+    optimiser step applies the EMA formula once; eval records nothing."""
     q, k, v = qkv(seed=2)
     padding = torch.zeros(2, 16, dtype=torch.bool)
     padding[0, -4:] = True  # padded keys (and their queries) are left out of the statistics
     kernel = routing(n_clusters=3, decay=0.9)
     before = {name: b.clone() for name, b in kernel.named_buffers()}
     kernel.eval()(q, k, v, causal=True, key_padding_mask=padding)
+    apply_pending_updates(kernel)
     assert all(torch.equal(b, before[name]) for name, b in kernel.named_buffers())
 
     kernel.train()(q, k, v, causal=True, key_padding_mask=padding)
+    assert all(torch.equal(b, before[name]) for name, b in kernel.named_buffers())
+    apply_pending_updates(kernel)
     kept = (~padding)[:, None, :, None].float()  # (B, 1, T, 1)
     mu = before["centroids"]  # (H, C, Dh)
     total_sum, total_count = torch.zeros_like(mu), torch.zeros(mu.shape[:2])
@@ -142,6 +179,83 @@ def test_routing_centroids_move_by_the_ema_formula_in_training_and_not_in_eval()
     torch.testing.assert_close(kernel.ema_count, ema_count)
     torch.testing.assert_close(kernel.centroids, ema_sum / ema_count[..., None])
     assert not torch.allclose(kernel.centroids, mu)
+    moved = kernel.centroids.clone()
+    apply_pending_updates(kernel)  # nothing recorded since: nothing moves
+    assert torch.equal(kernel.centroids, moved)
+
+
+ROUTING_LM = ("attention=routing", "attention.n_clusters=3", "attention.window=4",
+              "model.d_model=32", "model.n_heads=2", "model.n_layers=2", "model.d_ff=64",
+              "data.seq_len=16", "optim.warmup_steps=1")
+
+
+def routing_lm(checkpointing: bool, decay: float):
+    return seeded_model(*ROUTING_LM, f"attention.decay={decay}",
+                        f"model.checkpointing={checkpointing}", vocab_size=64).train()
+
+
+def centroids(model) -> list[torch.Tensor]:
+    return [b.clone() for name, b in model.named_buffers() if name.endswith("centroids")]
+
+
+def tokens_and_targets(batch: int = 4):
+    tokens = seeded_tokens(batch=batch, length=17, vocab_size=64)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def centroids_after_a_step(checkpointing: bool, decay: float, microbatches: int = 1):
+    """The centroids after one optimiser step of a routing LM over ``microbatches``
+    forward/backward passes (gradient accumulation), updated as the task does after it."""
+    model = routing_lm(checkpointing, decay)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for inputs, targets in zip(*(x.chunk(microbatches) for x in tokens_and_targets())):
+        F.nll_loss(model(inputs).flatten(0, 1), targets.flatten()).backward()
+    optimizer.step()
+    apply_pending_updates(model)
+    return centroids(model)
+
+
+def assert_all_close(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert len(a) == len(b) == 2  # one routing kernel per layer
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("decay", [0.999, 0.5])
+def test_checkpointing_moves_the_centroids_as_without_it(decay):
+    """model.checkpointing recomputes each block's forward in backward: that replay must
+    neither count the batch twice (the EMA count would grow twice as fast) nor see moved
+    centroids (at decay 0.5 they move enough to change the clusters, so the replay saves other
+    tensors: CheckpointError)."""
+    plain = centroids_after_a_step(False, decay)
+    assert all(not torch.allclose(a, b) for a, b in zip(plain, centroids(routing_lm(False, decay))))
+    assert_all_close(centroids_after_a_step(True, decay), plain)
+
+
+def test_micro_batches_of_one_step_pool_into_one_update():
+    """Gradient accumulation: two forwards then one optimiser step move the centroids as one
+    forward over both halves of the batch (each row is clustered on its own)."""
+    assert_all_close(centroids_after_a_step(True, 0.5, microbatches=2),
+                     centroids_after_a_step(False, 0.5))
+
+
+@pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no")
+def test_the_task_updates_the_centroids_after_its_optimiser_step():
+    """A Lightning step of the LM task with recomputed blocks, decay 0.5: no CheckpointError,
+    the centroids moved once, as by hand."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from xformer_bench.tasks.lm import LanguageModelTask
+
+    model = routing_lm(True, 0.5)
+    task = LanguageModelTask(model, compose_config(*ROUTING_LM)["optim"], max_steps=1)
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, num_sanity_val_steps=0)
+    trainer.fit(task, train_dataloaders=DataLoader(TensorDataset(*tokens_and_targets()),
+                                                   batch_size=4))
+    assert_all_close(centroids(model), centroids_after_a_step(False, 0.5))
 
 
 def test_routing_defaults_follow_the_authors_cluster_size():
@@ -168,14 +282,14 @@ def test_clustered_with_as_many_clusters_as_queries_is_full_attention(improved, 
     padding[1, :3] = True
     kernel = ATTENTION.get("clustered")(DIMS, n_clusters=t, improved=improved, topk=4).eval()
     out = kernel(q, k, v, causal=False, key_padding_mask=padding)
-    expected = dense(q, k, v, ~padding[:, None, None, :])
+    expected = masked_softmax_attention(q, k, v, ~padding[:, None, None, :])
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_improved_clustered_with_every_key_in_the_top_k_is_full_attention():
     q, k, v = qkv(32, 32)
     kernel = ATTENTION.get("clustered")(DIMS, n_clusters=3, topk=32).eval()
-    torch.testing.assert_close(kernel(q, k, v, causal=False), dense(q, k, v, torch.tensor(True)),
+    torch.testing.assert_close(kernel(q, k, v, causal=False), masked_softmax_attention(q, k, v),
                                atol=1e-5, rtol=1e-5)
 
 

@@ -1,8 +1,9 @@
 """The window family -- local, block_local, dilated, longformer, bigbird -- against dense softmax
-attention under the same explicit mask (built here only, on small T): causal and
-bidirectional, lengths that are no multiple of a block, more keys than queries, an additive
-bias and key padding; local with a window of T or more is full attention; BigBird's random
-blocks are fixed per layer and causal."""
+attention under the same explicit mask (:mod:`references`, on small T): causal and
+bidirectional, lengths that are no multiple of a block, more keys than queries (the queries the
+last T: block-local's blocks at absolute positions), an additive bias and key padding; local
+with a window of T or more is full attention; BigBird's random blocks are fixed per layer and
+causal."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import math
 import pytest
 import torch
 
+from references import band_mask, causal_mask, masked_softmax_attention, query_key_positions
+from xformer_bench.attention._window import window_reach
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
@@ -18,45 +21,24 @@ from xformer_bench.registry import ATTENTION
 DIMS = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=64, vocab_size=256)
 
 
-def dense(q, k, v, allowed, bias=None):
-    """Softmax attention over the allowed pairs ((T, S) or (B, 1, T, S) bool); no key: 0."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, S)
-    if bias is not None:
-        scores = scores + bias
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    some = allowed.any(-1, keepdim=True)
-    return (torch.where(some, scores, 0.0).softmax(-1) * some) @ v
-
-
 def qkv(t, s, seed=0, heads=4):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(2, heads, n, 8, generator=g) for n in (t, s, s)]
 
 
-def positions(t, s):
-    """Query positions (T, 1) and key positions (1, S): the queries are the last T."""
-    return torch.arange(s - t, s)[:, None], torch.arange(s)[None, :]
-
-
 def band(t, s, window, causal, dilation=1):
-    p, j = positions(t, s)
-    before, after = (window - 1, 0) if causal else (window // 2, window // 2)
-    return ((p - j) % dilation == 0) & (j >= p - before * dilation) & (j <= p + after * dilation)
+    return band_mask(t, s, *window_reach(window, causal), dilation)
 
 
 def with_global(allowed, t, s, n_global):
-    p, j = positions(t, s)
+    p, j = query_key_positions(t, s)
     return allowed | (j < n_global) | (p < n_global)  # attended by all, attending all
 
 
-def causal_part(allowed, t, s):
-    p, j = positions(t, s)
-    return allowed & (j <= p)
-
-
 def block_local_mask(t, s, block, memory, causal):
-    p, j = positions(t, s)
-    first = (p - (s - t)) // block * block + (s - t)  # position of the block's first query
+    """Blocks at absolute positions: query p's block starts at p // block * block."""
+    p, j = query_key_positions(t, s)
+    first = p // block * block  # position of the block's first query
     return (j >= first - memory) & (j < first + block + (0 if causal else memory))
 
 
@@ -78,9 +60,9 @@ def test_equals_dense_attention_under_its_mask(name, t, s, causal):
     q, k, v = qkv(t, s)
     allowed = mask(t, s, causal)
     if causal:
-        allowed = causal_part(allowed, t, s)
-    torch.testing.assert_close(kernel(q, k, v, causal=causal), dense(q, k, v, allowed),
-                               atol=1e-5, rtol=1e-5)
+        allowed = allowed & causal_mask(t, s)
+    torch.testing.assert_close(kernel(q, k, v, causal=causal),
+                               masked_softmax_attention(q, k, v, allowed), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -98,7 +80,7 @@ def test_bias_padding_and_gradients_match_dense_attention(name, causal):
         kernel = ATTENTION.get(name)(DIMS, **kwargs)
         allowed = mask(t, t, causal)
     if causal:
-        allowed = causal_part(allowed, t, t)
+        allowed = allowed & causal_mask(t, t)
     q, k, v = (x.requires_grad_() for x in qkv(t, t, seed=1))
     table = torch.randn(4, t, t, requires_grad=True)  # (H, T, S)
     padding = torch.zeros(2, t, dtype=torch.bool)
@@ -106,7 +88,7 @@ def test_bias_padding_and_gradients_match_dense_attention(name, causal):
     padding[1, :-1] = True
     allowed = allowed & ~padding[:, None, None, :]  # (B, 1, T, S)
     out = kernel(q, k, v, causal=causal, bias=PairBias.of_tensor(table), key_padding_mask=padding)
-    expected = dense(q, k, v, allowed, table)
+    expected = masked_softmax_attention(q, k, v, allowed, bias=table)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     upstream = torch.randn_like(out)
     grads = torch.autograd.grad((out * upstream).sum(), (q, k, v, table))
@@ -147,9 +129,10 @@ def test_bigbird_equals_dense_attention_under_its_block_pattern(t, causal):
     for layer in (0, 1):
         allowed = bigbird_mask(kernel, t, causal, layer)
         if causal:
-            allowed = causal_part(allowed, t, t)
+            allowed = allowed & causal_mask(t, t)
         torch.testing.assert_close(kernel(q, k, v, causal=causal, layer=layer),
-                                   dense(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+                                   masked_softmax_attention(q, k, v, allowed), atol=1e-5,
+                                   rtol=1e-5)
 
 
 @pytest.mark.parametrize("causal", [True, False])

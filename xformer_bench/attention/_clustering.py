@@ -10,12 +10,13 @@ rows never influence each other.  Helpers:
 * :func:`sorted_cluster_attention` -- each query attends to keys of its own cluster near it,
   one batched (chunks, w, 2w) attention: O(T * w) per head, never T x T.
 
-Sorted chunks are how clusters stay equal-sized here without Roy et al.'s (2021) top-k
+Sorted blocks are how clusters stay equal-sized here without Roy et al.'s (2021) top-k
 balancing, where each centroid takes its T / C nearest positions: whether a past position
 belongs to a cluster then depends on how near the *future* positions are, a causal leak (their
 decoder blanks the future at generation time; training does not).  Here membership is each
-position's own nearest centroid and chunks are counted within a cluster in order of position,
-so what a query sees is fixed by the positions up to it.
+position's own nearest centroid and blocks are counted over a cluster's keys in order of
+position, so what a query sees is fixed by its position and the keys up to it -- also when
+those keys come from a decoding cache.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def chunk_by_cluster(cluster: torch.Tensor, n_clusters: int,
 
     ``cluster`` (B, H, N) -> ``layout`` (B, H, G, w), the position in each slot (-1: padding),
     and ``slot`` (B, H, N), each position's slot in the flattened layout; G <= (N + C (w - 1)) / w.
-    A position's chunk and slot depend only on the positions of its cluster before it.
+    A position's chunk and slot depend only on the positions of its cluster before it.  Any
+    grouping serves as ``cluster`` (:func:`sorted_cluster_attention` passes cluster and block).
     """
     b, h, n = cluster.shape
     w = min(chunk, n)
@@ -95,32 +97,43 @@ def sorted_cluster_attention(
 ) -> torch.Tensor:  # (B, H, T, Dh)
     """Each query attends to keys of its own cluster, near it in the cluster's order.
 
-    The queries of a cluster, in order of position, are cut into chunks of w = min(chunk, T).
-    A chunk whose first query sits at key position f sees 2r keys of its cluster (r =
-    min(chunk, S)), consecutive in order of position: causal, from the r-th before the first
-    one at or after f (fewer if the cluster has fewer), each query keeping those at or before
-    it; bidirectional, centred there (r / 2 before), all of the cluster's if it has <= 2r.  With
-    one cluster and chunk >= S that is every key: full attention.  Chunks: at most
-    (T + C (w - 1)) / w, so the scores hold at most 2r (T + C w) entries per head; softmax by
-    ``scaled_dot_product_attention`` under that mask.
+    A cluster's keys, in order of position, lie in blocks of ``chunk`` (block n: its keys
+    ranked n x chunk ..); a query at position p falls in the block of a, the count of its
+    cluster's keys before p.  It sees 2r keys of its cluster (r = min(chunk, S)): causal, its
+    block and the previous one, keeping those at or before p; bidirectional, 2r centred on its
+    block's start, kept inside the cluster (all of them if it has <= 2r).  So a query's window
+    is fixed by its absolute position and the keys up to it (causal): the T queries of a
+    decode step over cached keys see what the full pass's do.  One cluster: blocks of
+    ``chunk`` positions attending to themselves and the previous block; with chunk >= S, full
+    attention.  The queries of a (cluster, block), in order of position, share its window in
+    chunks of w = min(chunk, T): at most T / w + S / chunk + C chunks, so the scores hold at
+    most 2r (T + S + C w) entries per head; softmax by ``scaled_dot_product_attention`` under
+    that mask.
     """
     b, h, t, dh = q.shape
     s = k.shape[-2]
     device = q.device
-    layout, slot = chunk_by_cluster(query_cluster, n_clusters, chunk)  # (B, H, G, w), (B, H, T)
-    g, w = layout.shape[-2:]
-    first = layout[..., 0].clamp(min=0)  # (B, H, G) each chunk's first (earliest) query
-    chunk_cluster = query_cluster.gather(-1, first)  # (B, H, G)
-    # -- keys: sort by (cluster, position); each chunk's window of its cluster's keys --
+    # -- keys: sorted by (cluster, position); cluster c's are the sorted [lo_c, hi_c) --
     code_sorted, key_order = (key_cluster * s + torch.arange(s, device=device)).sort(dim=-1)
     key_count = _counts(key_cluster, n_clusters)  # (B, H, C)
-    lo = (key_count.cumsum(-1) - key_count).gather(-1, chunk_cluster)  # (B, H, G)
-    hi = lo + key_count.gather(-1, chunk_cluster)  # the cluster's keys: sorted [lo, hi)
-    anchor = torch.searchsorted(code_sorted, chunk_cluster * s + first + (s - t))  # (B, H, G)
+    first_key = key_count.cumsum(-1) - key_count  # (B, H, C): lo_c
+    # -- queries: the block of the rank each one's position takes among its cluster's keys --
+    code = query_cluster * s + torch.arange(s - t, s, device=device)  # (B, H, T)
+    block = (torch.searchsorted(code_sorted, code)
+             - first_key.gather(-1, query_cluster)) // chunk  # (B, H, T)
+    n_blocks = -(-s // chunk)
+    layout, slot = chunk_by_cluster(query_cluster * n_blocks + block, n_clusters * n_blocks,
+                                    chunk)  # (B, H, G, w), (B, H, T)
+    g, w = layout.shape[-2:]
+    member = layout[..., 0].clamp(min=0)  # (B, H, G): a query of each chunk
+    chunk_cluster = query_cluster.gather(-1, member)  # (B, H, G)
+    lo = first_key.gather(-1, chunk_cluster)
+    hi = lo + key_count.gather(-1, chunk_cluster)
+    anchor = lo + block.gather(-1, member) * chunk  # (B, H, G): the block's first key, sorted
     reach = min(chunk, s)  # the window: 2 x reach keys
-    if causal:  # from `reach` keys before the anchor: ranks up to the query's, no later count
+    if causal:  # the previous block and this one: ranks up to the query's, no later count
         start = (anchor - reach).maximum(lo)
-    else:  # centred on the anchor, kept inside the cluster where it is smaller than the window
+    else:  # centred on the block's start, kept inside the cluster where it is smaller
         start = (anchor - reach // 2).minimum(hi - 2 * reach).maximum(lo)
     index = start[..., None] + torch.arange(2 * reach, device=device)  # (B, H, G, 2 reach)
     in_cluster = index < hi[..., None]

@@ -7,7 +7,10 @@ after its last -- one ``index_select`` of contiguous rows (cheaper to differenti
 ``unfold`` view), never a mask over all keys -- and each query keeps those within its own
 band ``[p - before, p + after]`` (``sliding``: Beltagy et al. 2020's sliding window) or all of
 them (``sliding=False``: Parmar et al. 2018's query block with its memory, BigBird's window
-blocks).  With a dilation d the positions are first dealt into d lanes
+blocks).  Shared windows lie at absolute positions (block n: lane steps n * block ..; the
+queries are the last T of S), so the queries of a decode step over cached keys see what they
+see in the full pass; sliding bands, the same however the blocks lie, are cut from the first
+query (no padding).  With a dilation d the positions are first dealt into d lanes
 by residue modulo d (lane r holds r, r + d, r + 2d, ...): a dilated band is a contiguous band
 within one lane, so the same code computes both, ``before`` and ``after`` then counting steps
 of d positions.  A block may also attend ``extra_keys`` listed for it (BigBird's random blocks),
@@ -72,7 +75,8 @@ def _join(a: torch.Tensor, b: torch.Tensor, dim: int = -1) -> torch.Tensor:
 class _Blocks:
     """Where the blocks lie: T queries, the last of S positions, dealt into d lanes, cut into
     blocks of ``block`` lane steps, each with the keys from ``before`` steps before its first
-    query to ``after`` steps after its last (``span`` in all)."""
+    query to ``after`` steps after its last (``span`` in all).  ``aligned``: block n starts at
+    lane step n * block (absolute); else at query 0's."""
 
     t: int
     s: int
@@ -80,14 +84,17 @@ class _Blocks:
     before: int
     after: int
     d: int
+    aligned: bool = False
 
     @property
     def offset(self) -> int:  # position of query 0
         return self.s - self.t
 
     @property
-    def front(self) -> int:  # zero queries before query 0, so that the lanes start at 0 mod d
-        return self.offset % self.d
+    def front(self) -> int:
+        """Zero queries before query 0: the lanes start at 0 mod d, and aligned blocks at lane
+        steps 0 mod ``block``."""
+        return self.offset % (self.d * self.block if self.aligned else self.d)
 
     @property
     def q_len(self) -> int:  # queries in the lanes, a multiple of d
@@ -206,7 +213,7 @@ def windowed_attention(
         raise ValueError(f"attention.dilation={dilation} must be >= 1")
     batch, heads, t, dh = q.shape
     s = k.shape[-2]
-    layout = _Blocks(t, s, block, before, after, dilation)
+    layout = _Blocks(t, s, block, before, after, dilation, aligned=not sliding)
     query_position, key_position, valid = _pairs(layout, sliding, causal, n_global, q.device)
     keys, values = layout.windows(k), layout.windows(v)  # (B, H, d, nb, span, Dh)
     g = min(n_global, s)

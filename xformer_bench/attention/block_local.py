@@ -11,7 +11,9 @@ Defaults: query blocks of 256 with a memory of the previous 256 positions (a mem
 ``block_length=256``, the masked memory being the previous block).  Bidirectionally (the
 paper's encoder uses full attention; this follows tensor2tensor's unmasked
 ``local_attention_1d``), a block attends ``memory`` positions on each side of it.  Blocks
-start at the first query.  Cost O(T * (block + memory)), computed by
+lie at absolute positions (block n holds positions n l_q .. (n + 1) l_q - 1, the queries being
+the last T of the S keys), so a decode step over cached keys sees what the full pass sees.
+Cost O(T * (block + memory)), computed by
 :func:`~xformer_bench.attention._window.windowed_attention`.
 """
 

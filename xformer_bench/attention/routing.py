@@ -8,8 +8,8 @@ position, to the nearest of C centroids shared by queries and keys, mu(x) = argm
 Query i attends to the keys of its own cluster (the paper's routing attention,
 X_i = {j : mu(K_j) = mu(Q_i), j <= i} when causal), with the normalised q and k:
 softmax(Q^ K^T / sqrt(Dh)).  The centroids are not trained by gradient: in training every
-forward moves them by an exponential moving average of the vectors assigned to them, with
-decay lambda = 0.999 (the authors' hparams):
+optimiser step moves them by an exponential moving average of the vectors assigned to them in
+its forward passes, with decay lambda = 0.999 (the authors' hparams):
 
     mu_c <- lambda mu_c + (1 - lambda)/2 sum_{i: mu(Q_i)=c} Q^_i
                         + (1 - lambda)/2 sum_{j: mu(K_j)=c} K^_j,
@@ -19,16 +19,22 @@ codebook EMA), mu_c = sum_c / count_c, so that mu_c is a running mean of its mem
 count starts at 1 (mu_c at initialisation counts as one member) where the authors' starts at 0.
 Statistics pool the batch and both queries and keys, per head and per layer: the centroids,
 counts and sums are persistent buffers, state of the model (so ``model.share_blocks``, which
-would pool every depth into one statistic, is refused), and stay fixed in eval.  Under DDP
-they follow rank 0 (DDP broadcasts buffers) where the authors sum statistics over replicas.
+would pool every depth into one statistic, is refused), and stay fixed in eval.  The forward
+only records the statistics; the EMA step runs after the optimiser step
+(:mod:`xformer_bench.models.step_updates`; the authors' code steps inside the forward).  The
+next forward sees the same centroids either way, but activation checkpointing's recomputation
+then neither counts a batch twice nor sees moved centroids, and the micro-batches of one step
+(gradient accumulation) pool into one EMA step.  Under DDP they follow rank 0 (DDP broadcasts
+buffers) where the authors sum statistics over replicas.
 
 Equal-size clusters, causally.  The paper balances clusters by letting each centroid take its
 T/C nearest positions (top-k); whether a past position is among them depends on the future
-ones, a causal leak.  Here each cluster's positions, in order of position, are cut into chunks
-of ``window`` queries, each seeing a window of 2 x ``window`` keys of its cluster around it
-(:func:`._clustering.sorted_cluster_attention`): O(T * window) per head, and what a query sees
-depends only on the positions up to it.  A query sees at most 2 x ``window`` keys of its
-cluster, the nearest in position (the paper: ``window`` = T/C keys, the nearest to the centroid).
+ones, a causal leak.  Here each cluster's keys, in order of position, lie in blocks of
+``window``, and a query attends the block of its cluster's keys that its position falls in and
+the previous one (:func:`._clustering.sorted_cluster_attention`): O(T * window) per head; what
+a query sees depends only on its position and the keys up to it, so decoding over cached keys
+scores as the full pass.  A query sees at most 2 x ``window`` keys of its cluster, the nearest
+in position (causal: before it; the paper: ``window`` = T/C keys, the nearest to the centroid).
 
 Defaults: the authors' enwik8 setting (``enwik8_local_cluster8k``): half the heads local
 (4 of 8), attention window 512 with C = T/512 clusters (16 at T = 8192; their wikitext-103,
@@ -52,14 +58,15 @@ from xformer_bench.attention import AttentionKernel
 from xformer_bench.attention._clustering import cluster_sums, sorted_cluster_attention
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.dims import ModelDims
+from xformer_bench.models.step_updates import recomputing
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 
 
 def local_attention(q, k, v, block: int, *, causal: bool, key_padding_mask=None) -> torch.Tensor:
-    """Blocks of ``block`` queries, each attending to the 2 x ``block`` keys from the previous
-    block's start (causal; the authors' local heads, query_shape = memory_flange) or centred on
-    it: routing attention with a single cluster."""
+    """Blocks of ``block`` positions (at absolute positions), each attending to the 2 x
+    ``block`` keys from the previous block's start (causal; the authors' local heads,
+    query_shape = memory_flange) or centred on it: routing attention with a single cluster."""
     def one_cluster(x: torch.Tensor) -> torch.Tensor:  # (B, H, N, Dh) -> (B, H, N) zeros
         return torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)
 
@@ -91,20 +98,36 @@ class RoutingAttention(AttentionKernel):
         self.register_buffer("centroids", centroids)
         self.register_buffer("ema_sum", centroids.clone())  # (Hr, C, Dh)
         self.register_buffer("ema_count", torch.ones(shape[:2]))  # (Hr, C)
+        self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
+        """Sums (Hr, C, Dh) and counts (Hr, C) recorded since the last EMA step."""
 
     def nearest(self, x: torch.Tensor) -> torch.Tensor:  # (B, Hr, N, Dh) -> (B, Hr, N) long
         with torch.no_grad():
             return torch.einsum("bhnd,hcd->bhnc", x, self.centroids.to(x.dtype)).argmax(-1)
 
     @torch.no_grad()
-    def update_centroids(self, q, query_cluster, k, key_cluster, query_weight, key_weight):
-        """One EMA step with this batch's normalised queries and keys and their clusters."""
-        sums, counts = (a + b for a, b in zip(
+    def record_statistics(self, q, query_cluster, k, key_cluster, query_weight, key_weight):
+        """Add this batch's normalised queries and keys, summed per cluster, to ``pending``
+        -- not in checkpointing's recomputation, which replays a recorded forward."""
+        if recomputing():
+            return
+        sums, counts = ((a + b).sum(0) for a, b in zip(
             cluster_sums(q.float(), query_cluster, self.n_clusters, query_weight),
             cluster_sums(k.float(), key_cluster, self.n_clusters, key_weight)))
+        if self.pending is not None:
+            sums, counts = sums + self.pending[0], counts + self.pending[1]
+        self.pending = sums, counts  # (Hr, C, Dh), (Hr, C)
+
+    @torch.no_grad()
+    def apply_pending_updates(self) -> None:
+        """One EMA step with the statistics recorded since the last: called after each
+        optimiser step (:mod:`xformer_bench.models.step_updates`)."""
+        if self.pending is None:
+            return
+        (sums, counts), self.pending = self.pending, None
         share = (1 - self.decay) / 2  # (1 - lambda)/2 each for queries and keys
-        self.ema_sum.mul_(self.decay).add_(share * sums.sum(0))  # (Hr, C, Dh)
-        self.ema_count.mul_(self.decay).add_(share * counts.sum(0))  # (Hr, C)
+        self.ema_sum.mul_(self.decay).add_(share * sums)  # (Hr, C, Dh)
+        self.ema_count.mul_(self.decay).add_(share * counts)  # (Hr, C)
         alive = self.ema_count > 1e-20  # a long-empty cluster keeps its centroid
         mean = self.ema_sum / self.ema_count.clamp(min=1e-20)[..., None]
         self.centroids.copy_(torch.where(alive[..., None], mean, self.centroids))
@@ -116,7 +139,7 @@ class RoutingAttention(AttentionKernel):
         if self.training:
             key_weight = None if key_padding_mask is None else ~key_padding_mask[:, None, :]
             query_weight = None if key_weight is None else key_weight[..., s - t:]
-            self.update_centroids(q, query_cluster, k, key_cluster, query_weight, key_weight)
+            self.record_statistics(q, query_cluster, k, key_cluster, query_weight, key_weight)
         return sorted_cluster_attention(q, k, v, query_cluster, key_cluster, self.n_clusters,
                                         self.window, causal=causal,
                                         key_padding_mask=key_padding_mask)

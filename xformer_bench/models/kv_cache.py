@@ -31,8 +31,10 @@ CACHE_KERNEL_NEEDS = frozenset({"causal", "longer_keys"})
 UNCACHEABLE_KERNELS = frozenset({"AxialAttention"})
 """Kernels that declare ``longer_keys`` and causality yet lay their pattern out over the
 queries they are given (axial attention's grid of the T queries): one query at a time is not
-the forward pass's pattern, so they decode uncached.  Every other causal kernel that takes
-longer keys was checked to decode with a cache as it scores (to 3e-6 at seq_len 64)."""
+the forward pass's pattern, so they decode uncached.  Every other kernel the cache admits lays
+its pattern out by absolute position (the queries are the last T of S keys) and decodes as the
+forward pass scores: ``tests/test_cached_decode.py`` checks each, one token a step and after a
+multi-token prompt, at settings whose windows, blocks and clusters the sequence crosses."""
 
 
 class KVCache:

@@ -10,6 +10,7 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
+from xformer_bench.models.step_updates import apply_pending_updates
 from xformer_bench.tasks.optimization import (adamw_with_schedule, check_finite,
                                                check_optimization)
 from xformer_bench.training.log_steps import logs_this_step
@@ -81,3 +82,7 @@ class Task(L.LightningModule):
 
     def configure_optimizers(self):
         return adamw_with_schedule(self, self.optim, self.max_steps)
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        super().optimizer_step(*args, **kwargs)
+        apply_pending_updates(self.model)  # state moved once a step (routing's centroids)
