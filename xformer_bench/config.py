@@ -14,9 +14,11 @@ _register_resolvers()  # before anything composes conf/ (its YAMLs use ${vaswani
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
-NOT_CHOICES = ("hydra", "experiment", "sparse_pattern")
-"""Folders of conf/ that are not a run's choice: Hydra's own settings, study declarations, and
-pointers a dataset sets for a preset (``sparse_pattern``: its effect is the attention choice)."""
+NOT_CHOICES = ("hydra", "experiment", "sparse_pattern", "study_rows")
+"""Folders of conf/ that are not a run's choice: Hydra's own settings, study declarations, a
+study's settings per row (``study_rows/<study>/<attention>.yaml``, picked by the experiment
+and attention choices), and pointers a dataset sets for a preset (``sparse_pattern``: its
+effect is the attention choice)."""
 PLUMBING_GROUPS = ("data", "trainer", "logger")
 """Choices that do not shape the model: the dataset (a table column), how it trains and logs."""
 CANONICAL_ORDER = ("model", "attention", "norm", "activation", "position", "ffn")
