@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from xformer_bench.config import compose_config
 from xformer_bench.models.build import build_model
 from xformer_bench.models.flops import training_step_flops
+from xformer_bench.models.step_updates import apply_pending_updates
 
 
 def main() -> None:
@@ -47,6 +48,7 @@ def main() -> None:
             log_p = step_model(tokens[:, :-1])  # (B, T, V)
         F.nll_loss(log_p.float().flatten(0, 1), tokens[:, 1:].flatten()).backward()
         optimizer.step()
+        apply_pending_updates(model)  # as Task.optimizer_step: routing's centroids move
         optimizer.zero_grad(set_to_none=True)
 
     for _ in range(args.warmup):

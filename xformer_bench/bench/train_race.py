@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xformer_bench.models.step_updates import apply_pending_updates
+
 CONTENDERS = ("xbench", "floor", "x_transformers")
 SIZES = {
     "default": dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch=16),
@@ -102,6 +104,7 @@ def hand_loop(model: nn.Module, size: dict, steps: int, warmup: int, device: str
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        apply_pending_updates(model)  # as Task.optimizer_step: routing's centroids move
         optimizer.zero_grad(set_to_none=True)
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
