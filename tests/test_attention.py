@@ -1,14 +1,19 @@
-"""Attention kernels: exactness against SDPA / a materialised reference, and causality."""
+"""Attention kernels: exactness against SDPA / a materialised reference, and causality --
+every option at small boundaries (references.BOUNDARY_KWARGS), perturbed across them."""
 
 from __future__ import annotations
 
-import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 
 from conftest import compose_config, declared_refusals
+from references import (BOUNDARY_KEYS, BOUNDARY_KWARGS, BOUNDARY_SEQ_LEN,
+                        masked_softmax_attention)
+from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
 from xformer_bench.models.dims import ModelDims
@@ -18,21 +23,6 @@ from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION, POSITION
 
 
-def _explicit_attention(q, k, v, causal, bias=None, key_padding_mask=None):
-    """Materialised softmax attention; queries are the last of the keys' positions."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, S)
-    if bias is not None:
-        scores = scores + bias
-    t, s = scores.shape[-2:]
-    for i in range(t):
-        for j in range(s):
-            if causal and j > i + s - t:
-                scores[..., i, j] = float("-inf")
-    if key_padding_mask is not None:
-        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-    return scores.softmax(-1) @ v
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_full_attention_equals_sdpa_and_explicit_softmax(tiny_dims, causal):
     torch.manual_seed(0)
@@ -40,7 +30,8 @@ def test_full_attention_equals_sdpa_and_explicit_softmax(tiny_dims, causal):
     kernel = ATTENTION.get("full")(tiny_dims)
     out = kernel(q, k, v, causal=causal)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-    torch.testing.assert_close(out, _explicit_attention(q, k, v, causal), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, causal=causal),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_full_attention_with_additive_bias_matches_reference(tiny_dims):
@@ -48,31 +39,61 @@ def test_full_attention_with_additive_bias_matches_reference(tiny_dims):
     q, k, v = torch.randn(3, 2, 4, 16, 8).unbind(0)
     bias = torch.randn(4, 16, 16)  # (H, T, S)
     out = ATTENTION.get("full")(tiny_dims)(q, k, v, causal=True, bias=PairBias.of_tensor(bias))
-    torch.testing.assert_close(out, _explicit_attention(q, k, v, True, bias), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, causal=True, bias=bias),
+                               atol=1e-5, rtol=1e-5)
 
 
 def _model(attention: str, position: str, dims: ModelDims) -> TransformerLM:
     torch.manual_seed(0)
-    return TransformerLM(dims, {"name": attention}, {"name": "layernorm"}, {"name": "gelu"},
+    spec = {"name": attention, **BOUNDARY_KWARGS.get(attention, {})}
+    return TransformerLM(dims, spec, {"name": "layernorm"}, {"name": "gelu"},
                          {"name": position}).eval()
+
+
+def _yaml_keys(attention: str) -> set[str]:
+    return set(yaml.safe_load((Path(CONF_DIR) / "attention" / f"{attention}.yaml").read_text()))
+
+
+def test_every_option_with_a_boundary_has_small_boundary_kwargs():
+    """A new option with a window, block, stride, chunk, cluster or kernel width cannot skip
+    the causal-leak test at boundaries it crosses; an entry names only its YAML's keys."""
+    for attention in ATTENTION.names():
+        keys = _yaml_keys(attention)
+        if keys & BOUNDARY_KEYS:
+            assert attention in BOUNDARY_KWARGS, f"{attention}: {sorted(keys & BOUNDARY_KEYS)}"
+    for attention, kwargs in BOUNDARY_KWARGS.items():
+        assert set(kwargs) <= _yaml_keys(attention), attention
+
+
+PERTURBED_FROM = (1, 4, 5, 10, 12, 15, 19)
+"""First changed position: block and chunk edges (4, 12), window edges (5, 10, 15), inside a
+block (1, 19), with boundaries of 3, 4 and 5 positions in BOUNDARY_SEQ_LEN = 20."""
 
 
 @pytest.mark.parametrize("attention", ATTENTION.names())
 @pytest.mark.parametrize("position", ["sinusoidal", "none"])
 def test_changing_a_future_token_leaves_the_past_unchanged(attention, position):
-    """The causal-leak test: outputs up to t must not depend on token t+1 or later."""
-    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=32, vocab_size=256)
-    if "causal" not in build_token_mixer({"name": attention}, dims).provides:
+    """The causal-leak test: outputs before position t are bit-identical whatever the tokens
+    from t on, at sizes whose windows, blocks, strides, chunks and clusters the sequence
+    crosses several times."""
+    t_len = BOUNDARY_SEQ_LEN
+    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=t_len, vocab_size=256)
+    spec = {"name": attention, **BOUNDARY_KWARGS.get(attention, {})}
+    if "causal" not in build_token_mixer(spec, dims).provides:
         pytest.skip(f"attention={attention} is bidirectional only (refused in a causal LM)")
     model = _model(attention, position, dims)
-    tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
-    for t in (0, 7, 30):
+    tokens = torch.randint(0, 256, (2, t_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(tokens)
+    for first in PERTURBED_FROM:
         changed = tokens.clone()
-        changed[:, t + 1:] = (changed[:, t + 1:] + 17) % 256
+        changed[:, first:] = (changed[:, first:] + 17) % 256
         with torch.no_grad():
-            before, after = model(tokens), model(changed)
-        torch.testing.assert_close(before[:, : t + 1], after[:, : t + 1], atol=1e-5, rtol=1e-5)
-        assert not torch.allclose(before[:, t + 1:], after[:, t + 1:]), "the future must matter"
+            after = model(changed)
+        # exactly: a causal kernel's past never rounds through later values (issue 21, item 12)
+        torch.testing.assert_close(before[:, :first], after[:, :first], atol=0, rtol=0,
+                                   msg=lambda m, first=first: f"tokens changed from {first}: {m}")
+        assert not torch.allclose(before[:, first:], after[:, first:]), "the future must matter"
 
 
 @pytest.mark.parametrize("attention", ATTENTION.names())
@@ -111,9 +132,11 @@ def test_full_attention_with_more_keys_than_queries_and_padding(tiny_dims):
     kernel = ATTENTION.get("full")(tiny_dims)
     for causal in (True, False):
         torch.testing.assert_close(kernel(q, k, v, causal=causal),
-                                   _explicit_attention(q, k, v, causal), atol=1e-5, rtol=1e-5)
+                                   masked_softmax_attention(q, k, v, causal=causal),
+                                   atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(kernel(q, k, v, causal=causal, key_padding_mask=padding),
-                                   _explicit_attention(q, k, v, causal, key_padding_mask=padding),
+                                   masked_softmax_attention(q, k, v, causal=causal,
+                                                            padding=padding),
                                    atol=1e-5, rtol=1e-5)
 
 
@@ -136,6 +159,6 @@ def test_shared_key_value_heads_equal_attention_with_repeated_heads(tiny_dims, n
     group = h // n_kv_heads
     k = heads(k)[:, [i // group for i in range(h)]]  # (B, H, T, Dh): head i uses kv head i // g
     v = heads(v)[:, [i // group for i in range(h)]]
-    y = _explicit_attention(heads(q), k, v, causal=True)  # (B, H, T, Dh)
+    y = masked_softmax_attention(heads(q), k, v, causal=True)  # (B, H, T, Dh)
     expected = layer.out(y.transpose(1, 2).reshape(2, 7, d))
     torch.testing.assert_close(layer(x, ForwardContext(Position())), expected, atol=1e-5, rtol=1e-5)

@@ -1,7 +1,8 @@
 """Sparse Transformer factorisations (strided, fixed) and axial attention: in every mode, each
 equals dense softmax attention under the paper's pattern written as an explicit (T, S) mask
 here -- outputs and gradients, causal and bidirectional as declared, with an additive bias,
-key padding, more keys than queries and lengths off the grid; plus their errors."""
+key padding, more keys than queries and lengths off the grid (``stride: auto`` too: l ~
+sqrt(c S)); only a stride that grows so is declared sub-quadratic; plus their errors."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import math
 import pytest
 import torch
 
+from references import masked_softmax_attention
+from xformer_bench.attention._factorized import balanced_width
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -19,6 +22,9 @@ from xformer_bench.registry import ATTENTION
 CASES = [
     ("strided", {"stride": 4}, lambda s: 4),
     ("fixed", {"stride": 5, "summary": 2}, lambda s: 5),
+    ("strided", {"stride": "auto"}, balanced_width),
+    ("fixed", {"stride": "auto", "summary": 2}, lambda s: balanced_width(s, 2)),
+    ("fixed", {"stride": "auto", "summary": 8}, lambda s: balanced_width(s, 8)),  # c capped at l
     ("axial", {"cols": 5}, lambda s: 5),
     ("axial", {"rows": 4}, lambda s: math.ceil(s / 4)),
     ("axial", {}, lambda s: math.ceil(math.sqrt(s))),
@@ -30,7 +36,7 @@ def patterns(name: str, kwargs: dict, l: int, i: torch.Tensor, j: torch.Tensor):
     if name == "strided":  # Child et al. 2019, §4.3 (A1 with the reference code's l keys)
         return (i - j >= 0) & (i - j < l), (j <= i) & ((i - j) % l == 0)
     if name == "fixed":
-        c = kwargs["summary"]
+        c = min(kwargs["summary"], l)  # stride auto: c at most the row
         return i // l == j // l, j % l >= l - c
     return i // l == j // l, i % l == j % l  # axial: rows, columns
 
@@ -49,17 +55,6 @@ def dense_mask(name, kwargs, mode, causal, layer, heads, t, s):
         per_head = [a1 if h < (heads + 1) // 2 else a2 for h in range(heads)]
     mask = torch.stack(per_head)  # (H, T, S)
     return mask & (j <= i) if causal else mask
-
-
-def reference(q, k, v, mask, bias=None, padding=None):
-    """Materialised softmax attention; a query with no allowed key gives 0."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, S)
-    if bias is not None:
-        scores = scores + bias
-    if padding is not None:
-        mask = mask & ~padding[:, None, None, :]  # (B, H, T, S)
-    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
-    return weights @ v
 
 
 def kernel(name, kwargs, mode, heads=4, seq_len=21):
@@ -84,7 +79,7 @@ def assert_matches_reference(layer_kernel, name, kwargs, mode, causal, layer, q,
     out = layer_kernel(q, k, v, causal=causal, layer=layer, key_padding_mask=padding,
                        bias=None if bias is None else PairBias.of_tensor(bias))
     qr, kr, vr = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    expected = reference(qr, kr, vr, mask, bias, padding)
+    expected = masked_softmax_attention(qr, kr, vr, mask, bias=bias, padding=padding)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     cotangent = torch.randn_like(out)
     (out * cotangent).sum().backward()
@@ -132,7 +127,7 @@ def test_merged_counts_the_shared_key_once():
     must be plain causal attention (a double-counted key would differ)."""
     q, k, v, _ = inputs(2, 6, 6, seed=5)
     out = kernel("strided", {"stride": 1}, "merged", heads=2)(q, k, v, causal=True)
-    torch.testing.assert_close(out, reference(q, k, v, torch.ones(6, 6, dtype=torch.bool).tril()),
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, causal=True),
                                atol=1e-5, rtol=1e-5)
 
 
@@ -147,6 +142,7 @@ def test_strided_is_causal_only():
 @pytest.mark.parametrize(("name", "kwargs", "message"), [
     ("fixed", {"summary": 9, "stride": 8}, "summary=9 .* between 1 and stride=8"),
     ("strided", {"stride": 0}, "stride=0 must be at least 1"),
+    ("fixed", {"stride": "sqrt"}, "stride=sqrt must be at least 1, or auto"),
     ("axial", {"rows": 4, "cols": 4}, "rows x cols = 4 x 4 = 16 does not lay out data.seq_len=21"),
     ("axial", {"mode": "both"}, "mode='both'; choose one of interleaved, merged, multihead"),
 ])
@@ -168,3 +164,17 @@ def test_multihead_needs_two_heads():
 ])
 def test_axial_layout_follows_rows_or_cols(kwargs, s, width):
     assert kernel("axial", kwargs, "interleaved", seq_len=20).width(s) == width
+
+
+def test_only_a_stride_that_grows_as_sqrt_t_is_declared_sub_quadratic():
+    """At a fixed l, A2 has S c / l keys per query: O(T^2 c / l) (fixed at l = 128, c = 32 sees
+    T / 4 keys per query).  ``auto``: G = ceil(sqrt(S / c)) rows of ceil(S / G), l + G c keys
+    per query, O(T sqrt(c T))."""
+    for name, kwargs in (("fixed", {"stride": 128, "summary": 32}), ("strided", {"stride": 128})):
+        assert not kernel(name, kwargs, "merged").sub_quadratic
+        assert kernel(name, {**kwargs, "stride": "auto"}, "merged").sub_quadratic
+    assert kernel("axial", {}, "interleaved").sub_quadratic  # cols = ceil(sqrt(T))
+    fixed = kernel("fixed", {"stride": "auto", "summary": 32}, "merged")
+    assert [fixed.width(s) for s in (2048, 4096, 16384)] == [256, 342, 713]  # 8, 12, 23 rows
+    strided = kernel("strided", {"stride": "auto"}, "merged")
+    assert [strided.width(s) for s in (2048, 4096, 16384)] == [45, 64, 128]

@@ -9,7 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from test_attention_zoo import largest_allocation
+from references import masked_softmax_attention, query_key_positions
+from test_attention_zoo import LargestAllocation, largest_allocation
+from xformer_bench.attention._logits import band_attention, plus_distance_term
 from xformer_bench.attention.adaptive_span import AdaptiveSpanAttention
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.models.attention_layer import MultiHeadAttention
@@ -32,21 +34,12 @@ def qkv(b=2, h=4, t=12, s=12, dh=8, seed=0):
 
 
 def reference(q, k, v, causal, extra=None, allowed=None, padding=None):
-    """Softmax attention with an explicit additive ``extra`` (H|B,H, T, S) and masks."""
-    t, s = q.shape[-2], k.shape[-2]
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, S)
-    if extra is not None:
-        scores = scores + extra
-    mask = torch.ones(t, s, dtype=torch.bool) if allowed is None else allowed
-    if causal:
-        mask = mask & torch.ones(t, s, dtype=torch.bool).tril(s - t)
-    if padding is not None:
-        mask = mask & ~padding[:, None, None, :]
-    return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+    return masked_softmax_attention(q, k, v, allowed, causal=causal, bias=extra, padding=padding)
 
 
 def distances(t, s):  # (T, S): j - i, the queries the last t of s positions
-    return torch.arange(s)[None, :] - torch.arange(s - t, s)[:, None]
+    i, j = query_key_positions(t, s)
+    return j - i
 
 
 # --------------------------------------------------------------------------- talking heads
@@ -132,13 +125,21 @@ def test_the_prior_width_is_learned_per_head():
     assert kernel.log_sigma.grad.shape == (4,) and (kernel.log_sigma.grad != 0).all()
 
 
-def test_a_windowed_gaussian_prior_never_allocates_t_squared():
-    t = 2048
-    layer = build_token_mixer({"name": "gaussian_prior", "window": 256}, dims(t, 64, 2))
-    for causal in (True, False):
-        x = torch.randn(1, t, 64, requires_grad=True)
-        recorder = largest_allocation(layer, x, ForwardContext(Position(), causal=causal))
-        assert recorder.largest / 2 < t * t / 4, f"{recorder.op} allocated {recorder.largest}"
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_window_covering_every_key_is_the_dense_prior(causal):
+    """A window reaching every key takes the dense path (a band would gather more keys than
+    there are): the output of no window at all, bit for bit; one step narrower, the band."""
+    t = s = 13
+    q, k, v = qkv(t=t, s=s, seed=8)
+    dense = ATTENTION.get("gaussian_prior")(dims(), init_sigma=3.0)
+    covering = 2 * s - 1 if not causal else s  # half each side bidirectional
+    wide = ATTENTION.get("gaussian_prior")(dims(), init_sigma=3.0, window=covering)
+    assert torch.equal(wide(q, k, v, causal=causal), dense(q, k, v, causal=causal))
+    narrower = ATTENTION.get("gaussian_prior")(dims(), init_sigma=3.0, window=covering - 2)
+    step = distances(t, s)
+    band = (step > -(covering - 2)) if causal else step.abs() <= (covering - 2) // 2
+    expected = reference(q, k, v, causal, gaussian(torch.full((4,), 3.0), t, s), band)
+    torch.testing.assert_close(narrower(q, k, v, causal=causal), expected, atol=1e-5, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- synthesizer
@@ -281,3 +282,60 @@ def test_the_cost_follows_the_learned_spans():
     assert 3 * short < longer < 512 * 512 * 2
     grad = layer.kernel.span_fraction.grad  # the soft mask carries the loss to the spans
     assert grad is not None and grad.abs().sum() > 0
+
+
+def span_reference(kernel, q, k, v, causal, bias, padding):
+    """The soft span mask written out: softmax(s + b + log m) over the pairs m > 0."""
+    x = distances(q.shape[-2], k.shape[-2]).abs()  # (T, S): |i - j|
+    m = ((kernel.ramp + kernel.spans().detach()[:, None, None] - x) / kernel.ramp).clamp(0, 1)
+    return masked_softmax_attention(q, k, v, m > 0, causal=causal, bias=bias + m.log(),
+                                    padding=padding)  # m (H, T, S)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_reach_covering_every_key_takes_the_dense_path_with_the_same_output(causal):
+    """Across the switch (reach n - 1: the band; n and beyond: full attention with log m as a
+    bias) the output is the paper's, and at reach n the band -- no longer taken -- agrees."""
+    t, s, ramp = 11, 17, 4
+    layer, _ = span_layer(max_span=64, ramp=ramp)
+    kernel = layer.kernel
+    q, k, v = qkv(t=t, s=s, seed=9)
+    bias = torch.randn(4, t, s)
+    padding = torch.zeros(2, s, dtype=torch.bool)
+    padding[1, :8] = True  # sequence 1's first causal queries see only padding: 0
+    for reach in (s - 1, s, s + 3):
+        with torch.no_grad():
+            kernel.span_fraction.copy_(torch.tensor([0.0, 3.5, 9.0, reach - ramp]) / 64)
+        assert kernel.reach() == reach
+        out = kernel(q, k, v, causal=causal, bias=PairBias.of_tensor(bias),
+                     key_padding_mask=padding)
+        expected = span_reference(kernel, q, k, v, causal, bias, padding)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        if reach == s:
+            masked = plus_distance_term(PairBias.of_tensor(bias), kernel.log_mask, t, s, q.device)
+            band = band_attention(q, k, v, before=s - 1, after=s - 1, causal=causal,
+                                  bias=masked, key_padding_mask=padding)
+            torch.testing.assert_close(out, band, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_reach_covering_every_key_allocates_no_more_than_dense_attention(causal):
+    """At reach >= n the band would gather reach + a block (twice the reach bidirectional) per
+    query: 1.06 n^2 / 2.06 n^2 per head at n = 2048; the dense path holds no tensor larger than
+    full attention with a per-head bias does."""
+    t = 512
+    layer = build_token_mixer({"name": "adaptive_span", "init_span": 8192.0},
+                              dims(seq_len=t, d_model=64, n_heads=2))
+    assert layer.kernel.reach() >= t
+    q, k, v = (torch.randn(1, 2, t, 32, requires_grad=True) for _ in range(3))
+    bias = torch.randn(2, t, t, requires_grad=True)  # (H, T, S)
+    with LargestAllocation() as spans:
+        layer.kernel(q, k, v, causal=causal).sum().backward()
+    with LargestAllocation() as full:
+        dense = FullAttention(dims(t))(q, k, v, causal=causal, bias=PairBias.of_tensor(bias))
+        dense.sum().backward()
+    with LargestAllocation() as band:  # what the band would take
+        masked = plus_distance_term(None, layer.kernel.log_mask, t, t, q.device)
+        band_attention(q, k, v, before=t - 1, after=t - 1, causal=causal,
+                       bias=masked).sum().backward()
+    assert spans.largest <= full.largest < band.largest, (spans.op, full.op, band.op)

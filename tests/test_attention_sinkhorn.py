@@ -5,11 +5,10 @@ independent of later rows); no position sees a later one; padded keys have no in
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
+from references import masked_softmax_attention
 from xformer_bench.attention.sinkhorn import SinkhornAttention, sinkhorn
 from xformer_bench.models.dims import ModelDims
 
@@ -24,11 +23,6 @@ def kernel(**kwargs) -> SinkhornAttention:
 def qkv(t: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(2, 2, t, 16, generator=g) for _ in range(3))  # (B, H, T, Dh) each
-
-
-def dense(q, k, v, allowed):  # allowed (T, T) bool: the reference
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
 
 
 @pytest.mark.parametrize(("causal", "iters", "target"), [
@@ -50,7 +44,8 @@ def test_a_hard_sort_is_dense_attention_under_its_block_mask(causal, iters, targ
     i, j = torch.arange(22)[:, None], torch.arange(22)[None, :]
     borrowed = torch.tensor([-1 if b is None else b for b in target])[i // 4] == j // 4
     own = (i // 4 == j // 4) & ((j <= i) if causal else True)
-    torch.testing.assert_close(out, dense(q, k, v, borrowed | own), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, borrowed | own),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_bidirectional_balancing_is_doubly_stochastic():
@@ -84,9 +79,27 @@ def test_no_position_sees_a_later_one(training):
             x[:, :, t + 1:] = torch.randn_like(x[:, :, t + 1:])
         torch.manual_seed(1)  # the same Gumbel noise in training
         after = attention(*changed, causal=True)
-        torch.testing.assert_close(after[:, :, : t + 1], before[:, :, : t + 1],
-                                   atol=1e-6, rtol=1e-6)
+        assert torch.equal(after[:, :, : t + 1], before[:, :, : t + 1]), t  # bit for bit
         assert not torch.allclose(after[:, :, t + 1:], before[:, :, t + 1:])
+
+
+def test_causal_pooling_never_rounds_through_a_blocks_later_keys():
+    """Block i is pooled from the blocks before it (an exclusive sum) and its own first key:
+    changing its later keys, or any later block, leaves blocks 0 .. i bit-identical.  (As
+    ``cumsum - total`` the later keys entered and left the sum: 2.4e-7 of dependence.)"""
+    attention = kernel(block=4)
+    g = torch.Generator().manual_seed(3)
+    k_blocks = torch.randn(2, 2, 6, 4, 16, generator=g)  # (B, H, N, b, Dh)
+    valid = torch.ones(2, 1, 6, 4, 1, dtype=torch.bool)
+    valid[1, :, 2, 2:] = False  # padding inside a block counts alike
+    pooled = attention.pool(k_blocks * valid, valid, causal=True)  # (B, H, N, Dh)
+    for i in range(6):
+        changed = k_blocks.clone()
+        changed[:, :, i, 1:] = 1e3 * torch.randn(2, 2, 3, 16, generator=g)
+        changed[:, :, i + 1:] = 1e3 * torch.randn_like(changed[:, :, i + 1:])
+        again = attention.pool(changed * valid, valid, causal=True)
+        assert torch.equal(again[:, :, : i + 1], pooled[:, :, : i + 1]), i
+        assert not torch.equal(again[:, :, i + 1:], pooled[:, :, i + 1:]) or i == 5
 
 
 @pytest.mark.parametrize("causal", [True, False])

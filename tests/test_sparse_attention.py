@@ -9,13 +9,9 @@ import math
 import pytest
 import torch
 
+from references import band_mask, causal_mask, masked_softmax_attention
 from xformer_bench.attention._sparse import block_sparse_attention, masked_attention
 from xformer_bench.position import PairBias
-
-
-def dense(q, k, v, allowed):  # allowed: (T, S) or (B, 1, T, S) bool; the reference
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
 
 
 def qkv(t=10, s=10, seed=0):
@@ -31,12 +27,11 @@ def test_listing_every_key_is_dense_attention(t, s, block, per_query):
     n_blocks = math.ceil(t / block)
     every = torch.arange(s).expand(n_blocks, s)
     index = every[:, None, :].expand(n_blocks, block, s) if per_query else every
-    causal = torch.ones(t, s, dtype=torch.bool).tril(s - t)
     out = block_sparse_attention(q, k, v, index, block, causal=True)
-    torch.testing.assert_close(out, dense(q, k, v, causal), atol=1e-5, rtol=1e-5)
-    out = block_sparse_attention(q, k, v, index, block, causal=False)
-    torch.testing.assert_close(out, dense(q, k, v, torch.ones(t, s, dtype=torch.bool)),
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, causal_mask(t, s)),
                                atol=1e-5, rtol=1e-5)
+    out = block_sparse_attention(q, k, v, index, block, causal=False)
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v), atol=1e-5, rtol=1e-5)
 
 
 def test_bias_and_padding_on_the_listed_pairs():
@@ -47,9 +42,7 @@ def test_bias_and_padding_on_the_listed_pairs():
     index = torch.arange(12).expand(3, 12)  # 3 blocks of 3 queries, every key
     out = block_sparse_attention(q, k, v, index, 3, causal=True, bias=PairBias.of_tensor(bias),
                                  key_padding_mask=padding)
-    allowed = torch.ones(9, 12, dtype=torch.bool).tril(3) & ~padding[:, None, None, :]
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8) + bias
-    expected = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+    expected = masked_softmax_attention(q, k, v, causal=True, bias=bias, padding=padding)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -61,8 +54,8 @@ def test_a_band_of_listed_keys_equals_dense_attention_under_the_band_mask():
     index = index.masked_fill(index < 0, -1)
     band = lambda i, j: (j <= i) & (j > i - w)  # noqa: E731 -- the previous w keys, self included
     out = block_sparse_attention(q, k, v, index, block, causal=True, allowed=band)
-    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
-    torch.testing.assert_close(out, dense(q, k, v, band(i, j)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, band_mask(t, t, w - 1)),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_a_query_with_no_valid_key_gives_zero_and_finite_gradients():
@@ -82,4 +75,4 @@ def test_masked_attention_log_normaliser():
     out, lse = masked_attention(q, k, v, valid)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(8)
     torch.testing.assert_close(lse, scores.logsumexp(-1))
-    torch.testing.assert_close(out, scores.softmax(-1) @ v, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v), atol=1e-5, rtol=1e-5)

@@ -11,6 +11,12 @@ sees, as views of that grid: :class:`Blocks` (each row within itself: fixed A1, 
 pattern inside a group (causality, the band's extent, the padded tail, key padding) is an
 additive mask on that group's scores only: cost O(N * keys per query), never N x N.
 
+``stride`` (fixed, strided) is l, or ``auto``: G = ceil(sqrt(S / c)) rows of l = ceil(S / G),
+i.e. l ~ sqrt(c S), the paper's l ~ sqrt(n) (§4.2) with the constant that balances A1's l keys
+per query against A2's S c / l (c = 1 for strided's columns).  Only ``auto`` is sub-quadratic:
+at a fixed l the A2 part has S c / l keys per query, O(T^2 c / l) -- T^2 divided by a constant
+(fixed at l = 128, c = 32: T / 4 keys per query).  With ``auto`` it is O(T sqrt(c T)).
+
 ``mode`` combines A1 and A2 in one of the paper's three ways (§5.1): ``interleaved`` (A1 at
 even layers, A2 at odd, Eq. 6), ``merged`` (one softmax over A1 ∪ A2, Eq. 7, exactly, by
 :class:`JointSoftmax`; A2 leaves out the keys A1 holds, so each key counts once) or
@@ -34,6 +40,15 @@ from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
 
 MODES = ("interleaved", "merged", "multihead")
+AUTO = "auto"
+"""``stride: auto``: the row length grows as sqrt(S) (see the module docstring)."""
+
+
+def balanced_width(s: int, c: int = 1) -> int:
+    """l for S keys with ``stride: auto``: G = ceil(sqrt(S / c)) rows of ceil(S / G), so that
+    A1's l keys and A2's S c / l keys per query are both about sqrt(c S)."""
+    rows = math.ceil(math.sqrt(s / c))
+    return math.ceil(s / rows)
 
 
 @dataclass(frozen=True)
@@ -270,7 +285,9 @@ def attend(parts: tuple[Part, ...], frame: Frame, q: torch.Tensor, k: torch.Tens
 
 
 class FactorizedAttention(AttentionKernel):
-    """Two parts combined by ``mode``; subclasses give the grid width and the parts."""
+    """Two parts combined by ``mode``; subclasses give the parts and, through ``stride`` or
+    :meth:`width`, the grid's row length.  Sub-quadratic when the row length grows as
+    sqrt(S): ``stride: auto`` (a subclass without a stride overrides :meth:`width`)."""
 
     provides = frozenset({"causal", "bidirectional", "additive_bias", "longer_keys",
                           "key_padding_mask", "variable_length"})
@@ -278,7 +295,7 @@ class FactorizedAttention(AttentionKernel):
 
     option = "factorized"  # the YAML stem, for errors
 
-    def __init__(self, dims: ModelDims, mode: str):
+    def __init__(self, dims: ModelDims, mode: str, stride: int | str | None = None):
         super().__init__()
         if mode not in MODES:
             raise ConfigError(f"attention={self.option}: mode={mode!r}; choose one of "
@@ -286,11 +303,22 @@ class FactorizedAttention(AttentionKernel):
         if mode == "multihead" and dims.n_heads < 2:
             raise ConfigError(f"attention={self.option}: mode=multihead splits the heads between "
                               f"two patterns and needs model.n_heads >= 2 (got {dims.n_heads})")
-        self.mode = mode
+        if stride is not None and stride != AUTO and not (isinstance(stride, int) and stride >= 1):
+            raise ConfigError(f"attention={self.option}: stride={stride} must be at least 1, or "
+                              f"{AUTO} (l ~ sqrt(T))")
+        self.mode, self.stride = mode, stride
+        if stride is not None:  # a fixed l: O(T^2 c / l), T^2 over a constant
+            self.sub_quadratic = stride == AUTO
+
+    def keys_per_row(self) -> int:
+        """c, A2's keys per grid row, for :func:`balanced_width` (1: one column per row)."""
+        return 1
 
     def width(self, s: int) -> int:
         """The grid's row length l for S key positions."""
-        raise NotImplementedError
+        if self.stride == AUTO:
+            return balanced_width(s, self.keys_per_row())
+        return self.stride
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         """(A1, A2), each one or more parts; with ``merged``, A2 without the keys A1 holds."""

@@ -25,9 +25,15 @@ span starts at the ramp alone).  The penalty is their ``get_loss``: lambda * S *
 **Cost** falls as the spans shrink: a query attends only the keys within the current largest
 reach ceil(max_h z_h) + R (at most S; the authors' ``get_current_max_size``), gathered blockwise
 (:func:`~xformer_bench.attention._logits.band_attention`): O(T * reach), never T x T while the
-reach is short.  The paper is a causal LM over a cache of S past positions; this layer attends
-within the current sequence (no cache), causal; bidirectional (|i - j|, both sides) is offered
-too.  :meth:`AdaptiveSpanAttention.mean_span` reports the mean span for the run record.
+reach is short.  Once the reach covers all n keys of the call (reach >= n) a band would gather
+more keys than there are (reach plus a block of up to 128 per query, twice the reach
+bidirectional: 1.06 n^2 causal, 2.06 n^2 bidirectional per head at n = 2048), so the kernel
+takes the dense path instead: full attention with log m as an additive bias
+(:class:`~xformer_bench.attention.full.FullAttention`), the same pairs and logits, no larger
+than dense attention with a per-head bias.  The paper is a causal LM over a cache of S past
+positions; this layer attends within the current sequence (no cache), causal; bidirectional
+(|i - j|, both sides) is offered too.  :meth:`AdaptiveSpanAttention.mean_span` reports the
+mean span for the run record.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from torch import nn
 
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.attention._logits import NEGATIVE, band_attention, plus_distance_term
+from xformer_bench.attention.full import FullAttention
 from xformer_bench.models.attention_layer import MultiHeadAttention
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
@@ -55,14 +62,15 @@ class AdaptiveSpanKernel(AttentionKernel):
                           "key_padding_mask", "variable_length"})
     sub_quadratic = True
 
-    def __init__(self, n_heads: int, max_span: int, ramp: int, init_span: float):
+    def __init__(self, dims: ModelDims, max_span: int, ramp: int, init_span: float):
         super().__init__()
         if max_span < 1 or ramp < 1:
             raise ValueError(f"attention.max_span={max_span} and ramp={ramp} must be >= 1")
         if not 0 <= init_span <= max_span:
             raise ValueError(f"attention.init_span={init_span} must lie in [0, max_span]")
         self.max_span, self.ramp = max_span, ramp
-        self.span_fraction = nn.Parameter(torch.full((n_heads,), init_span / max_span))  # (H,)
+        self.span_fraction = nn.Parameter(torch.full((dims.n_heads,), init_span / max_span))  # (H,)
+        self.dense = FullAttention(dims)  # once the reach covers every key
 
     def spans(self) -> torch.Tensor:  # (H,) z in positions
         return self.max_span * self.span_fraction.clamp(0, 1)
@@ -101,6 +109,9 @@ class AdaptiveSpanKernel(AttentionKernel):
         t, s = q.shape[-2], k.shape[-2]
         reach = self.reach()
         masked = plus_distance_term(bias, self.log_mask, t, s, q.device)
+        if reach >= s:  # a band would hold every key and more: dense, the same pairs
+            return self.dense(q, k, v, causal=causal, bias=masked,
+                              key_padding_mask=key_padding_mask)
         return band_attention(q, k, v, before=reach - 1, after=reach - 1, causal=causal,
                               bias=masked, key_padding_mask=key_padding_mask)
 
@@ -112,7 +123,7 @@ class AdaptiveSpanAttention(MultiHeadAttention):
 
     def __init__(self, dims: ModelDims, max_span: int = 8192, ramp: int = 32,
                  span_penalty: float = 2e-6, init_span: float = 0.0):
-        super().__init__(dims, AdaptiveSpanKernel(dims.n_heads, max_span, ramp, init_span))
+        super().__init__(dims, AdaptiveSpanKernel(dims, max_span, ramp, init_span))
         self.span_penalty = span_penalty
 
     def penalty(self) -> torch.Tensor:

@@ -18,9 +18,10 @@ Without ``window`` every pair is computed (dense logits plus the prior, O(T S)).
 ``window`` a query attends only its ``window`` nearest keys -- the previous ``window`` (itself
 included) when causal, ``window // 2`` on each side otherwise, as the ``local`` option -- and
 the prior is evaluated on the gathered pairs only
-(:func:`~xformer_bench.attention._logits.band_attention`): O(T * window), never T x T.  Pairs
-outside the window would have had a prior of about -w^2 / (2 sigma^2) (w = the reach of the
-window): a truncation that changes little once the window spans a few sigma.
+(:func:`~xformer_bench.attention._logits.band_attention`): O(T * window), never T x T; a
+window that covers every key takes the dense path (a band would gather more keys than there
+are).  Pairs outside the window would have had a prior of about -w^2 / (2 sigma^2) (w = the
+reach of the window): a truncation that changes little once the window spans a few sigma.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ class GaussianPriorAttention(AttentionKernel):
         biased = plus_distance_term(bias, self.prior, t, s, q.device)
         if self.window is not None:
             before = self.window - 1 if causal else self.window // 2
-            return band_attention(q, k, v, before=before, after=self.window // 2, causal=causal,
-                                  bias=biased, key_padding_mask=key_padding_mask)
+            after = self.window // 2
+            if before < s - 1 or (not causal and after < s - 1):  # else: every key, densely
+                return band_attention(q, k, v, before=before, after=after, causal=causal,
+                                      bias=biased, key_padding_mask=key_padding_mask)
         valid = allowed_pairs(t, s, causal=causal, key_padding_mask=key_padding_mask,
                               device=q.device)  # (T, S) | (B, 1, T, S)
         logits = biased.dense()  # (H | B,H, T, S): the prior plus the position bias

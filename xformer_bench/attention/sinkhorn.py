@@ -22,7 +22,8 @@ mixture), so all-padding slots are masked; pooling averages valid keys only.
 
 1. pooling sees no future: block i is represented by the mean of the keys at positions up to
    and including its *first* position (the authors' code takes the block's first cumulative
-   key; here the cumulative *mean*, whose scale does not grow along the sequence);
+   key; here the cumulative *mean*, whose scale does not grow along the sequence), summed
+   over the earlier blocks exclusively, so not even rounding carries a later key into it;
 2. block i may only be sorted onto strictly earlier blocks j < i (the lower-triangular mask),
    so every key it borrows precedes every query of block i; block 0 has only its local block;
 3. the balancing is causal: rows are normalised over j < i, and columns over the rows *up to
@@ -77,6 +78,12 @@ def sinkhorn(log_alpha: torch.Tensor, allowed: torch.Tensor, iters: int,
     return log_p.clamp(min=UNDERFLOW).exp() * allowed
 
 
+def blocks_before(x: torch.Tensor) -> torch.Tensor:
+    """The exclusive prefix sum over blocks, (B, H, N, D) -> (B, H, N, D): block i gets the sum
+    of blocks 0 .. i - 1 only (not ``cumsum - x``, which rounds through block i's own keys)."""
+    return F.pad(x.cumsum(dim=2)[:, :, :-1], (0, 0, 1, 0))
+
+
 @ATTENTION.register("sinkhorn")
 class SinkhornAttention(AttentionKernel):
     provides = frozenset({"causal", "bidirectional", "key_padding_mask"})
@@ -109,9 +116,9 @@ class SinkhornAttention(AttentionKernel):
         the block's first position."""
         total = k_blocks.sum(dim=3)  # (B, H, N, Dh)
         count = valid.sum(dim=3)  # (B, 1, N, 1)
-        if causal:  # the blocks before, plus the block's first key
-            total = total.cumsum(dim=2) - total + k_blocks[:, :, :, 0]
-            count = count.cumsum(dim=2) - count + valid[:, :, :, 0]
+        if causal:  # the blocks before (an exclusive sum: no rounding through later keys),
+            total = blocks_before(total) + k_blocks[:, :, :, 0]  # plus the block's first key
+            count = blocks_before(count) + valid[:, :, :, 0]
         return total / count.clamp(min=1)
 
     def borrow(self, p: torch.Tensor, k_blocks: torch.Tensor, v_blocks: torch.Tensor,

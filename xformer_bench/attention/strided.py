@@ -9,7 +9,9 @@ A1 is computed on the rows of the (T / l, l) grid (each row within itself and ag
 row before it, the pairs within l kept), A2 on the grid transposed -- attention along its
 columns, as the paper's kernels do ("attention with a stride of k can be computed by
 transposing the matrix and computing a local window", §5.5).
-Cost O(T * (2l + T / l)) per head.  ``mode`` combines them (:mod:`._factorized`):
+Cost O(T * (2l + T / l)) per head: O(T^2 / l) at a fixed stride, so ``sub_quadratic`` is
+declared only for ``stride: auto``, l ~ sqrt(T) (the paper's choice; :mod:`._factorized`),
+O(T sqrt(T)).  ``mode`` combines them (:mod:`._factorized`):
 ``interleaved`` (A1 at even layers, A2 at odd; with ``model.share_blocks`` every block is
 layer 0, so only A1), ``merged`` (one softmax over A1 ∪ A2, each key once) or ``multihead``.
 
@@ -30,7 +32,6 @@ from xformer_bench.attention._factorized import (
     Part,
     PreviousRow,
 )
-from xformer_bench.errors import ConfigError
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
@@ -40,14 +41,8 @@ class StridedAttention(FactorizedAttention):
     option = "strided"
     provides = FactorizedAttention.provides - {"bidirectional"}
 
-    def __init__(self, dims: ModelDims, stride: int = 128, mode: str = "merged"):
-        super().__init__(dims, mode)
-        if stride < 1:
-            raise ConfigError(f"attention=strided: stride={stride} must be at least 1")
-        self.stride = stride
-
-    def width(self, s: int) -> int:
-        return self.stride
+    def __init__(self, dims: ModelDims, stride: int | str = 128, mode: str = "merged"):
+        super().__init__(dims, mode, stride)
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         # A1: own row up to i, and the previous row within l; the query itself is in A1
