@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from conftest import compose_config, run_tiny
-from xformer_bench.data.byte_windows import ByteLMDataModule, StreamEvalWindows, StreamWindows
+from xformer_bench.data.byte_windows import ByteLMDataModule, StreamWindows
+from xformer_bench.data.eval_streams import StreamEvalWindows
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
 from xformer_bench.models.context import ForwardContext
@@ -289,7 +290,7 @@ def test_the_datamodule_streams_and_says_so():
     module = ByteLMDataModule(splits, seq_len=16, batch_size=2, seed=0, eval_batch_size=3)
     module.use_streams(memory=24)
     assert module.eval_protocol() == {"windows": "streams", "seq_len": 16, "stride": 16,
-                                      "min_context": 0, "lanes": 3, "memory": 24}
+                                      "min_context": 0, "lanes": 3, "memory": 24, "warmup": None}
     assert isinstance(module.train_dataloader().dataset, StreamWindows)
     assert isinstance(module.val_dataloader().dataset, StreamEvalWindows)
     strided = ByteLMDataModule(splits, seq_len=16, batch_size=2, seed=0)

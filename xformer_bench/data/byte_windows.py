@@ -13,8 +13,8 @@ Streams (``use_streams``, for a model that carries memory from one batch to the 
 Transformer-XL's segment recurrence, Dai et al. 2019) replace both.  Training cuts the split
 into ``batch_size`` contiguous lanes and step ``i`` gives each row the next segment of its lane
 (:class:`StreamWindows`), so consecutive steps continue each row's text; evaluation walks the
-split as ``eval_batch_size`` contiguous lanes, window after window (:class:`StreamEvalWindows`),
-still scoring every byte but the first exactly once.
+split as contiguous lanes, segment after segment, still scoring every byte but the first exactly
+once (:mod:`xformer_bench.data.eval_streams`: ``eval.tgt_len``, ``eval.lanes``, ``eval.warm``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from xformer_bench.data.batch_sizes import check_batch_sizes
+from xformer_bench.data.eval_streams import (StreamEvalWindows, check_stream_evaluation,
+                                             lane_starts, warmup_bytes)
 from xformer_bench.data.step_datamodule import RemainingSteps, StepDataModule
 from xformer_bench.errors import ConfigError
 from xformer_bench.targets import IGNORE_INDEX
@@ -102,12 +104,6 @@ class EvalWindows(Dataset):
         return inputs, targets
 
 
-def _lane_starts(lane_len: int, batch_size: int, shard: int) -> np.ndarray:
-    """First byte of the ``batch_size`` lanes of shard ``shard`` (lanes of ``lane_len`` bytes,
-    shard r holding lanes r B .. r B + B - 1): (B,)."""
-    return (shard * batch_size + np.arange(batch_size)) * lane_len
-
-
 class StreamWindows(Dataset):
     """Item ``i`` is the batch of training step ``i`` as contiguous streams: the split is cut
     into ``batch_size`` lanes (``n_shards`` times as many, each shard taking its own) of K whole
@@ -129,7 +125,7 @@ class StreamWindows(Dataset):
         rng = np.random.default_rng([seed, 1])
         self.phase = int(rng.integers(0, self.segments))
         shift = rng.integers(0, lane_len - self.segments * seq_len + 1)
-        self.starts = _lane_starts(lane_len, batch_size, shard) + shift  # (B,)
+        self.starts = lane_starts(lane_len, batch_size, shard) + shift  # (B,)
 
     def __len__(self) -> int:
         return self.steps
@@ -139,33 +135,6 @@ class StreamWindows(Dataset):
         pos = self.starts[:, None] + segment * self.seq_len + np.arange(self.seq_len + 1)  # (B, T+1)
         window = torch.from_numpy(self.data[pos].astype(np.int64))
         return window[:, :-1], window[:, 1:]
-
-
-class StreamEvalWindows(Dataset):
-    """Item ``j`` is window ``j`` of each of ``batch_size`` contiguous lanes of the split (lane
-    b of shard r is the ``r B + b``-th of ``B n_shards`` equal lanes), so a model with memory
-    sees each lane's text in order.  Every target is scored exactly once, in its own lane; the
-    ragged ends are ``IGNORE_INDEX``.  Every batch has ``batch_size`` rows (the memory keeps)."""
-
-    def __init__(self, data: np.ndarray, seq_len: int, batch_size: int, shard: int = 0,
-                 n_shards: int = 1):
-        self.data, self.seq_len = data, seq_len
-        self.n_targets = max(len(data) - 1, 0)
-        lane_len = math.ceil(self.n_targets / (batch_size * n_shards))
-        self.starts = _lane_starts(lane_len, batch_size, shard)  # (B,)
-        self.ends = np.minimum(self.starts + lane_len, self.n_targets)  # (B,) past the last target
-        self.n_windows = math.ceil(lane_len / seq_len)
-
-    def __len__(self) -> int:
-        return self.n_windows
-
-    def __getitem__(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pos = self.starts[:, None] + j * self.seq_len + np.arange(self.seq_len + 1)  # (B, T+1)
-        scored = pos[:, :-1] < self.ends[:, None]  # (B, T): input byte p predicts byte p + 1
-        window = torch.from_numpy(self.data[np.minimum(pos, self.n_targets)].astype(np.int64))
-        inputs, targets = window[:, :-1], window[:, 1:].clone()
-        targets[~torch.from_numpy(scored)] = IGNORE_INDEX
-        return inputs, targets
 
 
 class ByteLMDataModule(StepDataModule):
@@ -186,6 +155,16 @@ class ByteLMDataModule(StepDataModule):
         self.num_workers = num_workers
         self.eval_stride: int | None = None
         self.stream_memory: int | None = None  # set by use_streams: the model's memory length
+        self.segment, self.lanes, self.warmup = seq_len, self.eval_batch_size, None  # streams
+
+    def evaluate_streams(self, tgt_len: int | None = None, lanes: int | None = None,
+                         warm: bool = False, depth: int = 0, reach: int = 0) -> None:
+        """``eval.tgt_len`` / ``eval.lanes`` / ``eval.warm`` (checked for every run, used once
+        :meth:`use_streams` is called); ``depth`` layers whose evaluation memory holds ``reach``
+        earlier positions each set the warm-up (:func:`warmup_bytes`)."""
+        check_stream_evaluation(tgt_len, lanes, warm, self.seq_len)
+        self.segment, self.lanes = tgt_len or self.seq_len, lanes or self.eval_batch_size
+        self.warmup = warmup_bytes(depth, reach, self.segment) if warm else None
 
     def use_streams(self, memory: int) -> None:
         """Train and evaluate in contiguous streams per batch row, for a model that carries
@@ -205,9 +184,10 @@ class ByteLMDataModule(StepDataModule):
 
     def eval_protocol(self) -> dict[str, object]:
         """How evaluation windows were scored, for the record."""
-        if self.stream_memory is not None:
-            return {"windows": "streams", "seq_len": self.seq_len, "stride": self.seq_len,
-                    "min_context": 0, "lanes": self.eval_batch_size, "memory": self.stream_memory}
+        if self.stream_memory is not None:  # warmup: bytes read unscored before each lane
+            return {"windows": "streams", "seq_len": self.segment, "stride": self.segment,
+                    "min_context": 0, "lanes": self.lanes, "memory": self.stream_memory,
+                    "warmup": self.warmup}
         stride = self.eval_stride or self.seq_len
         return {"windows": "sliding" if stride < self.seq_len else "non-overlapping",
                 "seq_len": self.seq_len, "stride": stride,
@@ -229,12 +209,12 @@ class ByteLMDataModule(StepDataModule):
 
     def _eval_loader(self, split: str) -> DataLoader:
         rank, world = self._rank()
-        data, size = self.splits[split], self.eval_batch_size
+        data = self.splits[split]
         if self.stream_memory is not None:
-            return self._loader(StreamEvalWindows(data, self.seq_len, size, shard=rank,
-                                                  n_shards=world))
-        return self._loader(EvalWindows(data, self.seq_len, size, shard=rank, n_shards=world,
-                                        stride=self.eval_stride))
+            return self._loader(StreamEvalWindows(data, self.segment, self.lanes, shard=rank,
+                                                  n_shards=world, warmup=self.warmup))
+        return self._loader(EvalWindows(data, self.seq_len, self.eval_batch_size, shard=rank,
+                                        n_shards=world, stride=self.eval_stride))
 
 
 def split_lengths(n_bytes: int, fractions: tuple[float, float, float]) -> dict[str, int]:

@@ -35,7 +35,8 @@ match solves is in ``model`` and counts there)."""
 IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False,
               "pool": "cls", "patch_size": 4},
-    "eval": {"stride": None, "beam": 4, "length_penalty": 0.6, "max_extra_len": 50},
+    "eval": {"stride": None, "beam": 4, "length_penalty": 0.6, "max_extra_len": 50,
+             "tgt_len": None, "lanes": None, "warm": False},
     "optim": {"label_smoothing": 0.1},
     "stack": {"name": "standard", "label": "Standard stack"},
     "trainer": {"checkpoint_every": None, "compile": False},

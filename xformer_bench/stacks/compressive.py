@@ -55,7 +55,10 @@ Choices and simplifications:
 
 Memory life cycle, streams, shared and checkpointed blocks: as ``stack=recurrent`` (both
 memories are module state, not saved in checkpoints; the run record's
-``eval_protocol.memory`` is ``eval_mem_len``, the ordinary memory's length).
+``eval_protocol.memory`` is ``eval_mem_len``, the ordinary memory's length).  A warmed
+evaluation lane (``eval.warm``) reads ``eval_reach`` per layer, compressed span included; it
+equals a single stream exactly when c divides the segment length (else the c-groups fall
+elsewhere in the lane than in the stream).
 ``report()``: ``reconstruction_loss``, L_attn (unweighted) of the last training forward that
 compressed.
 """
@@ -143,6 +146,14 @@ class CompressiveStack(RecurrentStack):
         super().reset_memory(training)
         for mode in (True, False) if training is None else (training,):
             self._compressed[mode] = None
+
+    @property
+    def eval_reach(self) -> int:
+        """Earlier positions one layer's evaluation memories cover: the memory (up to c - 1
+        states beyond eval_mem_len) and c positions per compressed slot."""
+        if not self.eval_cmem_len:
+            return self.eval_mem_len
+        return self.eval_mem_len + self.rate - 1 + self.eval_cmem_len * self.rate
 
     def compressed_memory(self) -> list[torch.Tensor] | None:
         """The current mode's compressed memory, one (B, Nc, D) tensor per layer application."""

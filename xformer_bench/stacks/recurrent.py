@@ -20,7 +20,8 @@ and evaluation, so a validation between training steps leaves the training strea
 it was.  It is dropped when the batch size changes and by :meth:`reset_memory` (the LM task
 calls it at the start of training and of every validation / test epoch).  ``mem_len`` applies
 in training, ``eval_mem_len`` (the issue's ``eval.mem_len``; default ``mem_len``) in evaluation:
-the paper evaluates with a longer memory than it trains with.  ``mem_len: null`` is
+the paper evaluates with a longer memory than it trains with (its enwik8 base model: 2100 after
+512; the evaluation streams: :mod:`xformer_bench.data.eval_streams`).  ``mem_len: null`` is
 ``data.seq_len`` (the paper's enwik8 base model: equal to the segment length); 0 is no memory.
 
 The memory is only meaningful when consecutive calls continue each batch row's text: the stack
@@ -64,9 +65,12 @@ class RecurrentStack(Stack):
         super().__init__()
         self.mem_len = dims.seq_len if mem_len is None else mem_len
         self.eval_mem_len = self.mem_len if eval_mem_len is None else eval_mem_len
-        if self.mem_len < 0 or self.eval_mem_len < 0:
-            raise ConfigError(f"stack.mem_len={mem_len} and stack.eval_mem_len={eval_mem_len} "
-                              "must be >= 0 (null: data.seq_len, and mem_len for eval_mem_len)")
+        for key, value, null in (("mem_len", mem_len, "data.seq_len"),
+                                 ("eval_mem_len", eval_mem_len, "stack.mem_len")):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise ConfigError(f"stack.{key}={value} must be an integer >= 0 (0: no memory; "
+                                  f"null: {null})")
         self.n_layers, self.share_blocks, self.checkpointing = (
             dims.n_layers, share_blocks, checkpointing)
         self.blocks = nn.ModuleList(make_block() for _ in range(1 if share_blocks else dims.n_layers))
@@ -76,6 +80,12 @@ class RecurrentStack(Stack):
         """Forget the past segments: of training (``True``), of evaluation (``False``) or both."""
         for mode in (True, False) if training is None else (training,):
             self._memory[mode] = None
+
+    @property
+    def eval_reach(self) -> int:
+        """Earlier positions one layer's evaluation memory holds: how far back, per layer, an
+        evaluation depends on a stream (a warmed evaluation lane reads n_layers such spans)."""
+        return self.eval_mem_len
 
     def memory(self) -> list[torch.Tensor] | None:
         """The current mode's memory, one (B, M, D) tensor per layer application, or None."""
