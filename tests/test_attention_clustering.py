@@ -137,6 +137,19 @@ def test_routing_with_small_clusters_never_sees_the_future():
         assert not torch.allclose(after[:, :, t + 1:], out[:, :, t + 1:])
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_no_query_reads_more_keys_than_routing_declares(causal):
+    """``keys_per_query``, 2 x the wider block (routing 5, local 3 here), bounds the values that
+    reach a query, and some query reaches it: the allocation test's plane length rests on it."""
+    q, k, v = qkv(40, 40, seed=2)
+    kernel = routing(n_clusters=2, window=5, local_fraction=0.5, local_window=3).eval()
+    assert kernel.keys_per_query == 10
+    v.requires_grad_()
+    read = [(torch.autograd.grad(kernel(q, k, v, causal=causal)[:, :, i].sum(), v)[0] != 0)
+            .any(-1).sum(-1).max() for i in range(40)]  # keys whose value reaches query i
+    assert max(read) == kernel.keys_per_query
+
+
 def test_a_routing_lm_with_many_clusters_is_causal():
     spec = {"name": "routing", "n_clusters": 4, "window": 4, "local_window": 4}
     torch.manual_seed(0)

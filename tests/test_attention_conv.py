@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from references import masked_softmax_attention
+from xformer_bench.attention._conv import dynamic_kernel_conv
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
@@ -146,6 +148,23 @@ def test_dynamic_conv_equals_the_papers_definition(causal):
 
     expected = reference_conv(g, kernel, causal) @ layer.out.weight.T + layer.out.bias
     torch.testing.assert_close(layer(x, context(causal)), expected.detach(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("t", "k"), [(7, 3), (70, 5), (4, 9), (45, 35)])
+def test_the_banded_dynamic_conv_is_the_sum_over_taps_with_its_gradients(causal, t, k):
+    """Blocks of max(k, 32) positions, the last partial, a sequence shorter than the kernel:
+    the banded matmul equals sum_j K[..., j] G[i + j - left], tap by tap, in float64."""
+    g = torch.randn(2, t, 8, dtype=torch.float64, requires_grad=True)
+    kernels = torch.randn(2, t, 2, k, dtype=torch.float64).softmax(-1).requires_grad_()
+    left = k - 1 if causal else (k - 1) // 2
+    padded = F.pad(g, (0, 0, left, k - 1 - left)).view(2, t + k - 1, 2, 4)  # (B, T+k-1, H, C/H)
+    taps = sum(padded[:, j:j + t] * kernels[..., j, None] for j in range(k)).reshape(2, t, 8)
+    out = dynamic_kernel_conv(g, kernels, causal=causal)
+    cotangent = torch.randn_like(out)
+    torch.testing.assert_close(out, taps)
+    torch.testing.assert_close(torch.autograd.grad(out, (g, kernels), cotangent),
+                               torch.autograd.grad(taps, (g, kernels), cotangent))
 
 
 def test_dynamic_conv_runs_at_t_2048():

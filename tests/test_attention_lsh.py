@@ -139,8 +139,13 @@ def test_evaluation_may_use_more_rounds():
 
 
 def test_many_buckets_are_hashed_as_two_factors():
+    """Above 64 buckets (Reformer §2): two even factors near sqrt(b), trax's for powers of two,
+    the product b where such a pair exists, else the nearest (2 x 65 has no even pair)."""
     assert bucket_factors(64) == [64] and bucket_factors(256) == [16, 16]
-    assert bucket_factors(192) == [16, 12]
+    assert bucket_factors(192) == [16, 12] and bucket_factors(128) == [16, 8]
+    assert bucket_factors(80) == [10, 8] and bucket_factors(130) == [16, 8]
+    buckets, n_buckets = layer().hash(torch.randn(1, 2, 4096, 16))  # 2T / 64 = 16 x 8
+    assert n_buckets == 128 and buckets.max() < 128 and buckets.unique().numel() > 64
     vectors = torch.randn(1, 1, 500, 8)
     rotations = torch.randn(1, 1, 8, 14)  # (16 + 12) / 2
     buckets = hash_buckets(vectors, rotations, [16, 12])

@@ -8,10 +8,13 @@ Child et al. 2019's factorisation): the T positions are laid out row by row as a
 
 restricted to j <= i when causal (masked row and masked column attention).  Each is a
 reshape: attention within the rows of the (rows, cols) grid, then along its columns.  Cost
-O(T * (rows + cols)) per head.  ``mode`` (:mod:`._factorized`): ``interleaved`` (row
-attention at even layers, column attention at odd, as the Axial Transformer alternates them;
-the default; with ``model.share_blocks`` every block is layer 0, so rows only), ``merged`` (one
-softmax over both, the query counted once) or ``multihead`` (half the heads each).
+O(T * (rows + cols)) per head: O(T^1.5) with the default near-square grid, declared
+``sub_quadratic``; a set ``rows`` or ``cols`` x makes the other side T / x, O(T^2 / x), T^2
+over a constant like ``fixed``'s set stride, and is not declared.  ``mode``
+(:mod:`._factorized`): ``interleaved`` (row attention at even layers, column attention at odd,
+as the Axial Transformer alternates them; the default; with ``model.share_blocks`` every block
+is layer 0, so rows only), ``merged`` (one softmax over both, the query counted once) or
+``multihead`` (half the heads each).
 
 Layout: ``cols`` (the row width, e.g. an image's width in sub-pixels) or ``rows``; the other
 follows from the length, the last row padded (the pad is never attended to); with neither,
@@ -47,6 +50,7 @@ class AxialAttention(FactorizedAttention):
                               f"does not lay out data.seq_len={dims.seq_len}; set one of them "
                               "(the other follows) or neither (cols = ceil(sqrt(T)))")
         self.rows, self.cols = rows, cols
+        self.sub_quadratic = not (rows or cols)  # a side fixed: the other grows as T, O(T^2 / x)
 
     def width(self, s: int) -> int:
         if self.cols:

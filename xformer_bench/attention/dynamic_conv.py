@@ -13,9 +13,10 @@ query of W^Q is the convolution's input G (the GLU output), as in fairseq's refe
 DropConnect on the normalised kernels (``weight_dropout``; the paper trains with 0.1, the
 default here is 0.0).  W^Q takes the model's initialisation like every linear layer.
 
-Computed without any T x T tensor: the padded G is unfolded into (B, T, H, d/H, k) windows
-(``Tensor.unfold``, a view) and contracted with the (B, T, H, k) kernels, O(T k d) time and
-memory (``sub_quadratic``).  Shared core: :mod:`xformer_bench.attention._conv`.
+Computed without any T x T tensor, nor a (B, T, d, k) one: positions in blocks of
+L = max(k, 32), each block's kernels laid out as a banded (L, L + k - 1) matrix times its
+L + k - 1 inputs, one batched matmul; O(T (L + k) d) time, O(T d + T H (L + k)) memory
+(``sub_quadratic``).  Shared core: :mod:`xformer_bench.attention._conv`.
 
 Causal: output i reads G_{i-k+1} .. G_i (left padding, the paper's decoder).  Bidirectional: a
 centred kernel, which needs an odd k (an even width declares causal use only; a bidirectional

@@ -8,9 +8,10 @@ and the output layer ``out``.
   logit is ``q_i . k_j`` (trax divides its unit-RMS keys by sqrt(d_k): unit-length keys, and
   the queries are not scaled).  Rotary positions rotate the shared vectors first.
 * **Hashing** (§2, after Andoni et al. 2015): ``h(x) = argmax([xR; -xR])`` with a random
-  Gaussian ``R`` of d_k x b/2, drawn independently per head and per round.  More than 128
-  buckets are factorised as trax does (b = b1 b2, one argmax over b1/2 and one over b2/2
-  rotations), so hashing costs O(T sqrt(b) d_k), not O(T b d_k).
+  Gaussian ``R`` of d_k x b/2, drawn independently per head and per round.  More than 64
+  buckets are factorised (§2; b = b1 b2, one argmax over b1/2 and one over b2/2 rotations,
+  b1, b2 ~ sqrt(b)), so hashing costs O(T sqrt(b) d_k), not O(T b d_k): with b = 2T/m that is
+  O(T^1.5), where trax's threshold of 128 kept it O(T^2) up to T = 64 m.
 * **Sort and chunk** (§2, Fig. 2): in each of ``n_hashes`` rounds positions are sorted by
   (bucket, position) and cut into chunks of ``m = chunk_size``; a chunk attends to itself and
   the chunk before (trax's ``n_chunks_before=1``).  ``n_buckets`` defaults to ``2T/m``, the
@@ -66,12 +67,22 @@ the time stays linear in T when the scores outgrow the CPU cache (measured on a 
 forward + backward from T = 2048 to 8192: 4.7x in pieces, 6.6x all at once)."""
 
 
+FACTOR_ABOVE = 64
+"""Bucket counts hashed in one rotation; more are factorised (trax factorises above 128: at
+T = 4096 and chunk 64 its unfactored 2T/m = 128 buckets made a (B, H, R, T, 128) tensor, T^2 / 8
+a plane, growing as T^2).  Up to 64 the hash holds <= 64 R values per position, O(T)."""
+
+
 def bucket_factors(n_buckets: int) -> list[int]:
-    """The factors hashed separately: one up to 128 buckets, two above (trax ``hash_vectors``)."""
-    if n_buckets <= 128:
+    """The bucket counts hashed separately (§2: "for larger numbers of buckets ... factorize"):
+    up to FACTOR_ABOVE one; above, two even ones n1 >= n2 >= sqrt(b) / 2, n1 n2 = b where such
+    a pair exists (else the nearest product), so the rotations have (n1 + n2) / 2 = O(sqrt(b))
+    columns.  Powers of two factor as trax's ``hash_vectors`` does (128 = 16 x 8)."""
+    if n_buckets <= FACTOR_ABOVE:
         return [n_buckets]
-    first = 2 ** math.ceil(math.log2(math.sqrt(n_buckets)))
-    return [first, 2 * (n_buckets // (2 * first))]
+    smaller = range(2 * math.ceil(math.sqrt(n_buckets) / 4), math.isqrt(n_buckets) + 1, 2)
+    pairs = [(2 * max(1, round(n_buckets / (2 * f))), f) for f in smaller]  # (n1, n2), even
+    return list(min(pairs, key=lambda p: (abs(p[0] * p[1] - n_buckets), p[0] + p[1])))
 
 
 def hash_buckets(vectors: torch.Tensor, rotations: torch.Tensor,
