@@ -6,10 +6,15 @@
   gives 0.  Any sparse pattern is this with its mask.
 * :func:`query_key_positions`, :func:`causal_mask`, :func:`band_mask` -- the masks built from
   absolute positions.
-* :func:`kernel_attention_recurrence` -- linear (kernelised) attention as the recurrence it
-  is: a running sum of phi(k) v^T and of phi(k), one position at a time.
+* :func:`kernel_attention` -- linear (kernelised) attention over a materialised weight matrix
+  phi(q) phi(k)^T, with the same masks and conventions; :func:`kernel_attention_recurrence` --
+  the causal form as the recurrence it is: a running sum of phi(k) v^T and of phi(k), one
+  position at a time.
 * :func:`decode_step_by_step` -- a language model's log-probabilities decoded one token at a
   time through its key/value cache, for comparison with one forward pass.
+* :data:`BOUNDARY_KWARGS` -- per attention option, settings that put its window, block, chunk
+  or cluster edges a few positions apart, so leak and decoding tests cross every one of them
+  at :data:`BOUNDARY_SEQ_LEN`.
 """
 
 from __future__ import annotations
