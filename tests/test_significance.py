@@ -90,3 +90,76 @@ def test_no_variance_on_either_side_is_not_testable_and_the_caption_says_so():
     table = Table("x", (column,), tuple(marked), "Text", baseline="Base")
     assert "Not testable (no variance over seeds in the row or the baseline): Other (Test bpb)" \
         in markdown.render(table)
+
+
+def test_holm_bonferroni_on_a_worked_example():
+    """Holm (1979): sorted p, reject while p_(k) <= alpha / (m - k + 1).  m = 4 (None is not
+    tested): 0.005 <= 0.0125, 0.01 <= 0.0167, 0.015 <= 0.025, 0.03 <= 0.05 -- all four, where
+    Bonferroni's alpha / m = 0.0125 keeps only the first two; 0.04 in place of 0.015 stops the
+    step-down at the third (0.03 > 0.025) so 0.04 is not rejected either."""
+    from xformer_bench.results.significance import holm_bonferroni
+
+    assert holm_bonferroni([0.01, 0.015, 0.03, None, 0.005]) == [True, True, True, False, True]
+    assert holm_bonferroni([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
+    assert holm_bonferroni([0.2, None]) == [False, False] and holm_bonferroni([]) == []
+
+
+def _rows(baseline, others):
+    from xformer_bench.results.table import Cell, Row
+
+    return [Row(label, (), (Cell(mean, std, n),), n, n, f"finished={n}")
+            for label, (mean, std, n) in [("Base", baseline), *others]]
+
+
+def test_twenty_rows_each_at_p_003_are_not_marked_after_the_correction():
+    """One row in twenty passes p < 0.05 by chance: uncorrected, all twenty would be marked."""
+    from xformer_bench.results.aggregate import mark_significant
+    from xformer_bench.results.table import Column
+
+    column = Column("test_bpb", "Test bpb", higher_is_better=False)
+    p_single = welch_p_value(1.0, 0.1, 10, 1.1, 0.1, 10)
+    assert 0.03 < p_single < 0.05
+    rows = mark_significant([column], _rows((1.1, 0.1, 10), [(f"R{i}", (1.0, 0.1, 10))
+                                                           for i in range(20)]), baseline=0)
+    assert not any(row.cells[0].marked for row in rows)
+    assert all(row.cells[0].p_value == pytest.approx(p_single) for row in rows[1:])
+    alone = mark_significant([column], _rows((1.1, 0.1, 10), [("R", (1.0, 0.1, 10))]), 0)
+    assert alone[1].cells[0].marked  # one comparison: Holm is the plain test
+
+
+def test_a_difference_below_the_noise_floor_is_neither_marked_nor_bold():
+    from xformer_bench.results.aggregate import mark_best, mark_significant
+    from xformer_bench.results.table import Column, Table
+
+    column = Column("test_bpb", "Test bpb", higher_is_better=False)
+    rows = mark_best([column], _rows((1.0, 0.1, 30), [("Tight", (0.95, 0.001, 30))]))
+    assert rows[1].cells[0].bold  # the best value ...
+    assert welch_p_value(0.95, 0.001, 30, 1.0, 0.1, 30) < 0.05  # ... and "significant"
+    marked = mark_significant([column], rows, baseline=0)
+    assert not marked[1].cells[0].marked and not marked[1].cells[0].bold  # 0.05 < std 0.1
+    table = Table("x", (column,), tuple(marked), "Text", baseline="Base",
+                  noise_floor=(("Test bpb", 0.1),), comparisons=1)
+    text = markdown.render(table)
+    assert "Holm-Bonferroni corrected over the 1 rows compared" in text
+    assert "noise floor: Test bpb 0.1)" in text
+
+
+def test_the_csv_keeps_each_metrics_uncorrected_p_value():
+    import csv as csv_module
+    import io
+
+    from xformer_bench.results import csv_table
+
+    variants = group_variants(collect(FIXTURES).of("fixture_activations"))
+    table = build_table("fixture_activations", variants, {"activation": "relu"})
+    rows = list(csv_module.DictReader(io.StringIO(csv_table.render(table))))
+    metrics = [c for c in table.columns if c.higher_is_better is not None and c.kind != "si"]
+    assert metrics
+    for j, column in enumerate(table.columns):
+        if column not in metrics:
+            continue
+        by_label = {r["variant"]: r[f"{column.key}_p"] for r in rows}
+        assert by_label["ReLU"] == ""  # the baseline is not tested against itself
+        gelu = next(row.cells[j] for row in table.rows if row.label == "GeLU")
+        if gelu.p_value is not None:
+            assert float(by_label["GeLU"]) == pytest.approx(gelu.p_value)

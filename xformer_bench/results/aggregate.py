@@ -20,7 +20,7 @@ import numpy as np
 
 from xformer_bench.results.metrics import Metric, table_metrics
 from xformer_bench.results.record import PER_RUN_MEMORY, STATUSES
-from xformer_bench.results.significance import ALPHA, welch_p_value
+from xformer_bench.results.significance import holm_bonferroni, welch_p_value
 from xformer_bench.results.table import Cell, Column, Row, Table
 from xformer_bench.results.variants import Variant, data_of, sweep_order
 
@@ -184,24 +184,39 @@ def baseline_index(variants: list[Variant], baseline: Mapping[str, Any] | None) 
 
 
 def mark_significant(columns: list[Column], rows: list[Row], baseline: int) -> list[Row]:
-    """Mark each metric cell whose mean differs from the baseline row's (Welch's t-test over
-    seeds, two-sided p < ALPHA)."""
+    """Per metric column, Welch's t-test of each row against the baseline row over seeds, Holm's
+    correction over the rows tested (:func:`holm_bonferroni`, family-wise p < ALPHA): a
+    significant cell is marked.  Every cell keeps its uncorrected p-value (the CSV shows it).
+    A difference smaller than the baseline's seed-to-seed std (the noise floor) is never marked,
+    nor bold."""
     cells = [list(row.cells) for row in rows]
     for j, column in enumerate(columns):
         reference = cells[baseline][j]
         if column.higher_is_better is None or reference.mean is None:
             continue
-        for i, row_cells in enumerate(cells):
-            cell = row_cells[j]
-            if i == baseline or cell.mean is None:
-                continue
+        others = [i for i, row_cells in enumerate(cells)
+                  if i != baseline and row_cells[j].mean is not None]
+        p_values = []
+        for i in others:
+            cell = cells[i][j]
             p = welch_p_value(cell.mean, cell.std or 0.0, cell.n, reference.mean,
                               reference.std or 0.0, reference.n)
-            if p is not None and p < ALPHA:
-                row_cells[j] = replace(cell, marked=True)
-            elif p is None and min(cell.n, reference.n) >= 2:
-                row_cells[j] = replace(cell, untestable=True)
+            cells[i][j] = replace(cell, p_value=p,
+                                  untestable=p is None and min(cell.n, reference.n) >= 2)
+            p_values.append(p)
+        floor = reference.std or 0.0
+        for i, significant in zip(others, holm_bonferroni(p_values)):
+            cell = cells[i][j]
+            within_noise = abs(cell.mean - reference.mean) < floor
+            cells[i][j] = replace(cell, marked=significant and not within_noise,
+                                  bold=cell.bold and not within_noise)
     return [replace(row, cells=tuple(c)) for row, c in zip(rows, cells)]
+
+
+def noise_floors(columns: list[Column], rows: list[Row], baseline: int) -> tuple[tuple[str, float], ...]:
+    """(column title, the baseline row's seed-to-seed std) of every metric column with one."""
+    return tuple((column.title, cell.std) for column, cell in zip(columns, rows[baseline].cells)
+                 if column.higher_is_better is not None and cell.std is not None)
 
 
 def build_table(experiment: str, variants: list[Variant],
@@ -216,7 +231,9 @@ def build_table(experiment: str, variants: list[Variant],
     labels = [_data_label(r) for v in variants for r in v.on(loss_data)]
     return Table(experiment=experiment, columns=tuple(columns), rows=tuple(rows),
                  loss_data=labels[0] if labels else loss_data,
-                 baseline=None if reference is None else variants[reference].label)
+                 baseline=None if reference is None else variants[reference].label,
+                 noise_floor=() if reference is None else noise_floors(columns, rows, reference),
+                 comparisons=0 if reference is None else len(rows) - 1)
 
 
 def _data_label(record: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""A :class:`Table` as CSV: full-precision numbers, a mean and a std column per measure."""
+"""A :class:`Table` as CSV: full-precision numbers, a mean and a std column per measure, and
+per metric the uncorrected p-value against the baseline row (the marks are Holm-corrected)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,20 @@ def render(table: Table) -> str:
         key = dict(row.key)
         cells = {c.key: cell for c, cell in zip(table.columns, row.cells)}
         values = [_number(getattr(cells[c.key], field))
-                  for c in numeric for field in ("mean", "std")[:len(_names(c))]]
+                  for c in numeric for field in ("mean", "std", "p_value")[:len(_names(c))]]
         writer.writerow([row.label, *(key.get(f, "") for f in facets), *values,
                          row.finished, row.total, row.statuses])
     return out.getvalue()
 
 
 def _names(column: Column) -> tuple[str, ...]:
-    """A measured column has a mean and a std; a configuration property (si) one value."""
-    return (column.key,) if column.kind == "si" else (column.key, f"{column.key}_std")
+    """A measured column has a mean and a std, a metric also its uncorrected p-value against
+    the baseline row (empty without one); a configuration property (si) one value."""
+    if column.kind == "si":
+        return (column.key,)
+    if column.higher_is_better is None:
+        return (column.key, f"{column.key}_std")
+    return (column.key, f"{column.key}_std", f"{column.key}_p")
 
 
 def _number(value: float | None) -> str:

@@ -1,4 +1,5 @@
-"""Welch's t-test (Welch 1947) of two rows' means from their mean, sample std and seed count.
+"""Welch's t-test (Welch 1947) of two rows' means from their mean, sample std and seed count,
+and Holm's (1979) step-down correction over a study's rows.
 
 ``t = (m1 - m2) / sqrt(s1^2/n1 + s2^2/n2)`` with the Welch-Satterthwaite degrees of freedom;
 the two-sided p-value is ``I_{df/(df+t^2)}(df/2, 1/2)``, the regularised incomplete beta
@@ -58,3 +59,17 @@ def welch_p_value(mean1: float, std1: float, n1: int, mean2: float, std2: float,
     t = (mean1 - mean2) / math.sqrt(v1 + v2)
     df = (v1 + v2) ** 2 / (v1 ** 2 / (n1 - 1) + v2 ** 2 / (n2 - 1))
     return regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+
+
+def holm_bonferroni(p_values: list[float | None], alpha: float = ALPHA) -> list[bool]:
+    """Which of ``p_values`` are significant with the family-wise error rate held at ``alpha``
+    (Holm 1979): sort the m testable p-values ascending, p_(1) <= ... <= p_(m); reject H_(k)
+    while p_(k) <= alpha / (m - k + 1), and none after the first that is not.  None (not
+    testable) takes no part and is never significant."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    significant = [False] * len(p_values)
+    for rank, (p, i) in enumerate(tested):
+        if p > alpha / (len(tested) - rank):
+            break
+        significant[i] = True
+    return significant

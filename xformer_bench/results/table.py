@@ -32,6 +32,7 @@ class Cell:
     bold: bool = False
     marked: bool = False                  # differs from the baseline row (Welch, p < 0.05)
     untestable: bool = False              # seeds on both sides, none varies: no t-test
+    p_value: float | None = None          # Welch's, against the baseline row, uncorrected
 
     @property
     def missing(self) -> bool:
@@ -56,6 +57,8 @@ class Table:
     loss_data: str                        # label of the dataset the loss columns come from
     note: str | None = None               # the caption, when not a study's (benchmarks)
     baseline: str | None = None           # label of the row the others are tested against
+    noise_floor: tuple[tuple[str, float], ...] = ()  # (metric title, the baseline's seed std)
+    comparisons: int = 0                  # rows tested against the baseline, per metric
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,11 @@ def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") ->
     if table.note is not None:
         return table.note
     tested = (f" {dagger}: differs from the baseline row, {table.baseline}, by Welch's t-test "
-              f"over seeds (two-sided p < {ALPHA})." if table.baseline else "")
+              f"over seeds, Holm-Bonferroni corrected over the {table.comparisons} rows compared "
+              f"per metric (family-wise p < {ALPHA}); a difference below the baseline's "
+              "seed-to-seed std (the noise floor: "
+              + ", ".join(f"{title} {std:.3g}" for title, std in table.noise_floor)
+              + ") is never marked nor bold." if table.baseline else "")
     untestable = [f"{row.label} ({column.title})" for row in table.rows
                   for column, cell in zip(table.columns, row.cells) if cell.untestable]
     if untestable:
