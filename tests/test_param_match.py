@@ -11,6 +11,7 @@ from xformer_bench.models.param_match import count_parameters, match_params, ref
 from xformer_bench.results import record as records
 
 MATCH = "+match_params={reference: {attention: full}, tolerance: 0.02}"
+VANILLA = "+match_params={reference: {model: vanilla}, tolerance: 0.02}"
 SIZES = ("model.d_model=64", "model.n_heads=4", "model.n_layers=2", "model.d_ff=256",
          "data.seq_len=32")
 
@@ -48,13 +49,34 @@ def test_a_variant_within_the_tolerance_keeps_its_width_and_its_run_id():
     assert records.run_identity(matched, choices) == records.run_identity(plain, choices)
 
 
-def test_a_gap_no_width_can_close_is_reported_and_the_run_keeps_its_defaults():
-    matched = _matched(*SIZES, "attention=persistent_memory", MATCH)
-    result = matched["match_params"]["result"]
-    assert result["status"] == "unmatched" and "model.d_ff=-" in result["reason"]
-    assert matched["model"]["d_ff"] == 256 and result["gap"] > 0.5
+def test_a_gap_the_feed_forward_cannot_close_is_closed_by_d_model():
+    """Persistent memory's vectors (d_ff would have to be negative), no feed-forward at all
+    (nothing depends on d_ff), GTrXL's gates: d_model is re-solved, in steps of n_heads, d_ff
+    kept at the preset's ratio (or as it is, when it counts for nothing)."""
+    for overrides, reference in ((("attention=persistent_memory",), full_ref := MATCH),
+                                 (("attention=multi_query", "ffn=none"), full_ref),
+                                 (("model=gtrxl",), VANILLA)):
+        matched = _matched(*SIZES, *overrides, reference)
+        result = matched["match_params"]["result"]
+        target = result["reference_params"]  # the reference keeps ffn=none where the run does
+        assert result["status"] == "matched" and result["d_model"] != 64, overrides
+        assert matched["model"]["d_model"] == result["d_model"]
+        assert matched["model"]["d_model"] % 4 == 0  # n_heads divides it
+        assert abs(_params(matched) / target - 1) <= 0.02
     no_ffn = _matched(*SIZES, "attention=multi_query", "ffn=none", MATCH)
-    assert "do not depend on model.d_ff" in no_ffn["match_params"]["result"]["reason"]
+    assert no_ffn["model"]["d_ff"] == 256  # untouched: nothing depends on it
+
+
+def test_a_gap_no_width_can_close_is_reported_and_the_run_keeps_its_defaults():
+    """All-attention with rotary positions at vanilla's size: no feed-forward, and the even
+    head widths d_model = 80 and 88 miss 5 % on either side."""
+    request = "+match_params={reference: {model: vanilla}, tolerance: 0.05}"
+    matched = _matched("model=all_attention", "position=rotary", request)
+    result = matched["match_params"]["result"]
+    assert result["status"] == "unmatched" and result["gap"] > 0.5
+    assert "do not depend on model.d_ff" in result["reason"]
+    assert "nor any model.d_model (nearest 88: +5.4 %)" in result["reason"]
+    assert (matched["model"]["d_model"], matched["model"]["d_ff"]) == (128, 512)
 
 
 def test_counting_on_the_meta_device_agrees_with_a_built_model():

@@ -1,5 +1,5 @@
-"""Parameter matching: re-solve ``model.d_ff`` so a variant has the parameter count of a
-reference configuration, as comparisons of modifications do (Narang et al. 2021 shrink the
+"""Parameter matching: re-solve ``model.d_ff`` (or, where it cannot close the gap,
+``model.d_model``) so a variant has the parameter count of a reference configuration, as comparisons of modifications do (Narang et al. 2021 shrink the
 GLU variants' hidden width; Shazeer 2019 widens the feed-forward of multi-query attention to
 make up for its smaller key/value projections).
 
@@ -11,8 +11,9 @@ option keys (``attention.window=...``) dropped; model sizes (``model.d_model=...
 builds it and the variant at two widths, solves the affine count ``P(d_ff) = a + b d_ff`` for
 the reference's count, and rounds.  A variant already within the tolerance keeps its
 d_ff (and so its run id).  Where the feed-forward cannot make up the difference -- no
-feed-forward, or the width would have to be below 1 -- the run goes on at its own defaults
-and says so; the outcome is kept in ``config["match_params"]["result"]``, which the record
+feed-forward, or the width would have to be below 1 (GTrXL's gates, all-attention's
+persistent vectors) -- d_model is re-solved instead (:func:`_solve_d_model`); where no width
+comes within the tolerance the run goes on at its own defaults and says so; the outcome is kept in ``config["match_params"]["result"]``, which the record
 stores with the config.
 
 Counting builds models on the meta device (no memory, no initialisation); a part whose
@@ -35,44 +36,105 @@ NOMINAL_VOCAB = 256
 
 
 def match_params(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``config`` (composed from ``overrides``) with ``model.d_ff`` solved for the requested
-    parameter count (a copy; the input unchanged), or ``config`` itself when nothing is
-    requested."""
+    """``config`` (composed from ``overrides``) with ``model.d_ff`` -- or, where the
+    feed-forward cannot close the gap, ``model.d_model`` and then ``model.d_ff`` -- solved for
+    the requested parameter count (a copy; the input unchanged), or ``config`` itself when
+    nothing is requested."""
     request = config.get("match_params")
     if not request:
         return config
     reference, tolerance = _read_request(request)
     target = count_parameters(compose_config(*reference_overrides(overrides, reference)))
-    d_ff = config["model"]["d_ff"]
+    model = config["model"]
     own = count_parameters(config)
-    result: dict[str, Any] = {"reference_params": target, "d_ff_default": d_ff}
+    result: dict[str, Any] = {"reference_params": target, "d_ff_default": model["d_ff"],
+                              "d_model_default": model["d_model"]}
+    matched = config
     if abs(own - target) <= tolerance * target:
-        result.update(status="matched", d_ff=d_ff, gap=own / target - 1)
+        result.update(status="matched", d_ff=model["d_ff"], d_model=model["d_model"],
+                      gap=own / target - 1)
     else:
-        step = max(1, d_ff // 2)
-        slope = (count_parameters(_with_d_ff(config, d_ff + step)) - own) / step
-        solved = round(d_ff + (target - own) / slope) if slope else None
-        if solved is None or solved < 1:
-            need = ("its parameters do not depend on model.d_ff" if solved is None
-                    else f"model.d_ff={solved} would be needed")
-            result.update(status="unmatched", d_ff=d_ff, gap=own / target - 1, reason=need)
+        d_ff, got, reason = _solve_d_ff(config, target, own)
+        if d_ff is not None and abs(got - target) <= tolerance * target:
+            matched = _with_sizes(config, d_ff=d_ff)
         else:
-            got = count_parameters(_with_d_ff(config, solved))
-            within = abs(got - target) <= tolerance * target
-            result.update(status="matched" if within else "unmatched", d_ff=solved,
-                          gap=got / target - 1)
-    matched = _with_d_ff(config, result["d_ff"] if result["status"] == "matched" else d_ff)
+            widened = _solve_d_model(config, target, scales_ff=reason is None or "=" in reason)
+            if widened is not None:
+                candidate, nearest = widened
+                if abs(nearest - target) <= tolerance * target:
+                    matched, got = candidate, nearest
+                else:
+                    reason = (f"{reason or 'no model.d_ff within the tolerance'}; nor any "
+                              f"model.d_model (nearest {candidate['model']['d_model']}: "
+                              f"{100 * (nearest / target - 1):+.1f} %)")
+        if matched is config:
+            result.update(status="unmatched", d_ff=model["d_ff"], d_model=model["d_model"],
+                          gap=own / target - 1)
+            if reason is not None:
+                result["reason"] = reason
+        else:
+            result.update(status="matched", d_ff=matched["model"]["d_ff"],
+                          d_model=matched["model"]["d_model"], gap=got / target - 1)
+    matched = copy.deepcopy(matched)
     matched["match_params"] = {**request, "result": result}
     return matched
+
+
+def _solve_d_ff(config: dict[str, Any], target: int, own: int
+                ) -> tuple[int | None, int, str | None]:
+    """The d_ff of the affine count ``P(d_ff) = a + b d_ff`` that hits ``target``, with its
+    count; or None and why no width can."""
+    d_ff = config["model"]["d_ff"]
+    step = max(1, d_ff // 2)
+    slope = (count_parameters(_with_sizes(config, d_ff=d_ff + step)) - own) / step
+    solved = round(d_ff + (target - own) / slope) if slope else None
+    if solved is None:
+        return None, own, "its parameters do not depend on model.d_ff"
+    if solved < 1:
+        return None, own, f"model.d_ff={solved} would be needed"
+    return solved, count_parameters(_with_sizes(config, d_ff=solved)), None
+
+
+def _solve_d_model(config: dict[str, Any], target: int, scales_ff: bool = True
+                   ) -> tuple[dict[str, Any], int] | None:
+    """Where the feed-forward cannot close the gap (GTrXL's gates, all-attention's persistent
+    vectors, no feed-forward): d_model in steps of n_heads (widths a part refuses skipped), d_ff at the
+    preset's ratio to it, then re-solved within half to twice that ratio (the shape stays the
+    preset's; d_ff stays as it is when nothing depends on it, ``scales_ff`` false); the
+    candidate nearest the target (None when no width builds)."""
+    model = config["model"]
+    step, ratio = model["n_heads"], model["d_ff"] / model["d_model"]
+    best: tuple[dict[str, Any], int] | None = None
+    for d_model in range(step, 2 * model["d_model"] + 1, step):
+        d_ff = max(1, round(ratio * d_model)) if scales_ff else model["d_ff"]
+        candidate = _with_sizes(config, d_ff=d_ff, d_model=d_model)
+        try:
+            got = count_parameters(candidate)
+        except (XbenchError, ValueError):  # a width a part refuses (rotary: odd head width)
+            continue
+        d_ff, refined, _ = _solve_d_ff(candidate, target, got) if scales_ff else (None, got, "")
+        near_ratio = d_ff is not None and 0.5 <= d_ff / (ratio * d_model) <= 2
+        if near_ratio and abs(refined - target) < abs(got - target):
+            candidate, got = _with_sizes(candidate, d_ff=d_ff), refined
+        if best is None or abs(got - target) < abs(best[1] - target):
+            best = (candidate, got)
+        if got > target and best[1] != got:
+            break  # counts grow with d_model: the nearest is behind
+    return best
 
 
 def describe(result: dict[str, Any]) -> str:
     """One line for the terminal: what the match did."""
     gap = f"{100 * result['gap']:+.1f} %"
     if result["status"] == "matched":
-        changed = (f"model.d_ff {result['d_ff_default']} -> {result['d_ff']}"
-                   if result["d_ff"] != result["d_ff_default"] else "model.d_ff unchanged")
-        return f"params matched to {result['reference_params']:,} ({changed}, {gap})"
+        changed = [f"model.{key} {result[key + '_default']} -> {result[key]}"
+                   for key in ("d_model", "d_ff")
+                   if result.get(key, result[key + "_default"]) != result[key + "_default"]
+                   ] if "d_model_default" in result else (
+                       [f"model.d_ff {result['d_ff_default']} -> {result['d_ff']}"]
+                       if result["d_ff"] != result["d_ff_default"] else [])
+        what = ", ".join(changed) or "model.d_ff unchanged"
+        return f"params matched to {result['reference_params']:,} ({what}, {gap})"
     why = f": {result['reason']}" if "reason" in result else ""
     return f"params NOT matched to {result['reference_params']:,} ({gap}{why})"
 
@@ -116,7 +178,9 @@ def _read_request(request: dict[str, Any]) -> tuple[dict[str, str], float]:
     return reference, float(request["tolerance"])
 
 
-def _with_d_ff(config: dict[str, Any], d_ff: int) -> dict[str, Any]:
-    widened = copy.deepcopy(config)
-    widened["model"]["d_ff"] = d_ff
-    return widened
+def _with_sizes(config: dict[str, Any], d_ff: int, d_model: int | None = None) -> dict[str, Any]:
+    resized = copy.deepcopy(config)
+    resized["model"]["d_ff"] = d_ff
+    if d_model is not None:
+        resized["model"]["d_model"] = d_model
+    return resized

@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from xformer_bench.results import confounds
 from xformer_bench.results.metrics import Metric, table_metrics
 from xformer_bench.results.record import PER_RUN_MEMORY, STATUSES
 from xformer_bench.results.significance import holm_bonferroni, welch_p_value
 from xformer_bench.results.table import Cell, Column, Row, Table
-from xformer_bench.results.variants import Variant, data_of, sweep_order
+from xformer_bench.results.variants import (Variant, _naming_facets, data_of, row_groups,
+                                            sweep_order, varying_facets)
 
 LOSS_KEY = "val/loss"
 Extract = Callable[[dict[str, Any]], Any]
@@ -115,6 +117,7 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
     step_memory = any(_finite(r.get("step_memory_mb")) is not None for r in records)
     routed = any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
                  for r in records)
+    protocols = {repr(sorted((r.get("eval_protocol") or {}).items())) for r in records}
     columns = [
         Column("params", "Params", kind="si"),
         *([Column("active_params", "Active params", kind="si")] if routed else []),
@@ -126,6 +129,7 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
         Column("final_loss", "Final loss", digits=3, higher_is_better=False),
         *(Column(m.column_key, m.title, digits=m.spec.digits,
                  higher_is_better=m.spec.higher_is_better) for m in metrics),
+        *([Column("eval_protocol", "Eval", kind="text")] if len(protocols) > 1 else []),
         Column("seeds", "Seeds", kind="text"),
     ]
     return columns, metrics, (datasets[0] if datasets else "")
@@ -144,6 +148,7 @@ def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
         "early_loss": lambda: measured(runs, _loss_at("early")),
         "final_loss": lambda: measured(runs, _loss_at("final")),
         "seeds": lambda: _seeds(runs),
+        "eval_protocol": lambda: _protocol(runs),
     }
     for m in metrics:
         cell_of[m.column_key] = lambda m=m: measured(variant.on(m.data), _metric_value(m))
@@ -152,6 +157,13 @@ def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
                cells=tuple(cell_of[c.key]() for c in columns),
                finished=statuses["finished"], total=len(runs),
                statuses=";".join(f"{s}={statuses[s]}" for s in STATUSES if statuses[s]))
+
+
+def _protocol(runs: list[dict[str, Any]]) -> Cell:
+    """The evaluation protocol of the row's runs (the first's: one configuration, one
+    protocol), short: 'streams, 10 lanes, memory 128, warm'."""
+    text = confounds.protocol_text(runs[0].get("eval_protocol"), short=True) if runs else ""
+    return Cell(text=text) if text else Cell()
 
 
 def mark_best(columns: list[Column], rows: list[Row]) -> list[Row]:
@@ -220,20 +232,33 @@ def noise_floors(columns: list[Column], rows: list[Row], baseline: int) -> tuple
 
 
 def build_table(experiment: str, variants: list[Variant],
-                baseline: Mapping[str, Any] | None = None) -> Table:
+                baseline: Mapping[str, Any] | None = None,
+                allowed_differences: tuple[str, ...] = ()) -> Table:
     """The table of ``variants``; with a ``baseline`` (the study's declared row), the cells
-    that differ significantly from it are marked."""
+    that differ significantly from it are marked and each row carries its differences from
+    it besides what names it (:mod:`confounds`; ``allowed_differences``: the study's)."""
     columns, metrics, loss_data = columns_for(variants)
     rows = mark_best(columns, [row_for(v, columns, metrics, loss_data) for v in variants])
     reference = baseline_index(variants, baseline)
     if reference is not None:
         rows = mark_significant(columns, rows, reference)
+        rows = _with_differences(rows, variants, reference, loss_data, allowed_differences)
     labels = [_data_label(r) for v in variants for r in v.on(loss_data)]
     return Table(experiment=experiment, columns=tuple(columns), rows=tuple(rows),
                  loss_data=labels[0] if labels else loss_data,
                  baseline=None if reference is None else variants[reference].label,
                  noise_floor=() if reference is None else noise_floors(columns, rows, reference),
                  comparisons=0 if reference is None else len(rows) - 1)
+
+
+def _with_differences(rows: list[Row], variants: list[Variant], reference: int, loss_data: str,
+                      allowed: tuple[str, ...]) -> list[Row]:
+    records = [r for v in variants for r in v.records]
+    named = _naming_facets([v.key for v in variants], varying_facets(records),
+                           row_groups(records), sweep_order(records))
+    return [replace(row, differences=confounds.row_differences(
+                variant, variants[reference], loss_data, named, allowed))
+            for row, variant in zip(rows, variants)]
 
 
 def _data_label(record: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
+from xformer_bench.results.confounds import summary, undeclared
 from xformer_bench.results.table import Column, Table
 
 
@@ -13,7 +14,7 @@ def render(table: Table) -> str:
     facets = list(dict.fromkeys(name for row in table.rows for name, _ in row.key))
     numeric = [c for c in table.columns if c.kind != "text"]
     header = ["variant", *facets, *(k for c in numeric for k in _names(c)),
-              "seeds_finished", "seeds_total", "statuses"]
+              "seeds_finished", "seeds_total", "statuses", *_extra_names(table)]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -23,8 +24,23 @@ def render(table: Table) -> str:
         values = [_number(getattr(cells[c.key], field))
                   for c in numeric for field in ("mean", "std", "p_value")[:len(_names(c))]]
         writer.writerow([row.label, *(key.get(f, "") for f in facets), *values,
-                         row.finished, row.total, row.statuses])
+                         row.finished, row.total, row.statuses, *_extras(table, row)])
     return out.getvalue()
+
+
+def _extra_names(table: Table) -> list[str]:
+    """The eval protocol column when rows differ in it; the confounds when a baseline is."""
+    protocol = any(c.key == "eval_protocol" for c in table.columns)
+    return (["eval_protocol"] if protocol else []) + (
+        ["differences_from_baseline", "undeclared_differences"] if table.baseline else [])
+
+
+def _extras(table: Table, row) -> list[str]:
+    cells = {c.key: cell for c, cell in zip(table.columns, row.cells)}
+    protocol = [cells["eval_protocol"].text or ""] if "eval_protocol" in cells else []
+    found = list(row.differences)
+    return protocol + ([summary(found, limit=None), ";".join(undeclared(found))]
+                       if table.baseline else [])
 
 
 def _names(column: Column) -> tuple[str, ...]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
+from xformer_bench.results.confounds import mark, note
 from xformer_bench.results.table import Style, Table, caption, cell_text
 
 _SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
     "<": r"\textless{}", ">": r"\textgreater{}", "±": r"$\pm$", "—": "--", "†": r"$^\dagger$",
+    "‡": r"$^\ddagger$",
 }
 
 
@@ -35,10 +37,13 @@ def render(table: Table) -> str:
         r"\midrule",
     ]
     for row in table.rows:
-        lines.append(_line([escape(row.label),
+        lines.append(_line([escape(row.label + mark(row)),
                             *(cell_text(cell, column, STYLE)
                               for cell, column in zip(row.cells, table.columns))]))
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if note(table.rows, table.baseline):  # the confounds, under the table
+        lines += [r"\par\smallskip", rf"{{\footnotesize {escape(note(table.rows, table.baseline))}\par}}"]
+    lines += [r"\end{table}", ""]
     return "\n".join(lines)
 
 

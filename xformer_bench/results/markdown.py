@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from xformer_bench.results.confounds import mark, note
 from xformer_bench.results.table import Style, Table, caption, cell_text
 
 
@@ -17,10 +18,12 @@ def render(table: Table) -> str:
     align = [":---", *("---:" for _ in table.columns)]
     lines = [f"## {escape(table.experiment)}", "", _line(header), _line(align)]
     for row in table.rows:
-        lines.append(_line([escape(row.label),
+        lines.append(_line([escape(row.label + mark(row)),
                             *(cell_text(cell, column, STYLE)
                               for cell, column in zip(row.cells, table.columns))]))
     lines += ["", escape(caption(table, " ± ", "—")), ""]
+    if note(table.rows, table.baseline):  # the confounds, under the table
+        lines += [escape(note(table.rows, table.baseline)), ""]
     return "\n".join(lines)
 
 

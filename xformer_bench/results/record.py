@@ -27,10 +27,11 @@ from xformer_bench.metric_spec import BITS_PER, MetricSpec
 SCHEMA_VERSION = 2
 STATUSES = ("finished", "diverged", "failed", "interrupted")
 IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline", "sweep",
-                     "match_params")
+                     "match_params", "allowed_differences", "controls")
 """Keys that do not change what a run computes: where files go, how it is logged, and a study's
-declarations (its sweep list, its baseline row, its parameter-matching request: the d_ff the
-match solves is in ``model`` and counts there)."""
+declarations (its sweep list, its baseline row, its parameter-matching request: the widths the
+match solves are in ``model`` and count there; the differences from the baseline it accepts;
+the rows it declares controls)."""
 
 IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False,

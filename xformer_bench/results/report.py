@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xformer_bench.results import csv_table, latex, markdown
+from xformer_bench.results import confounds, csv_table, latex, markdown
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
 from xformer_bench.results.variants import group_variants, repeated_seeds
@@ -14,18 +14,34 @@ from xformer_bench.results.variants import group_variants, repeated_seeds
 RENDERERS = {"md": markdown.render, "tex": latex.render, "csv": csv_table.render}
 
 
+def study_path(experiment: str) -> Path:
+    """``conf/experiment/<experiment>.yaml``: where a study declares its table's settings."""
+    from xformer_bench.config import CONF_DIR
+
+    return CONF_DIR / "experiment" / f"{experiment}.yaml"
+
+
+def _declared(experiment: str, key: str):
+    from omegaconf import OmegaConf
+
+    path = study_path(experiment)
+    if not path.is_file():
+        return None
+    declared = OmegaConf.load(path).get(key)
+    return OmegaConf.to_container(declared) if declared is not None else None
+
+
 def study_baseline(experiment: str) -> dict | None:
     """The baseline row a study declares (``baseline: {activation: relu}`` in
     ``conf/experiment/<experiment>.yaml``), or None."""
-    from omegaconf import OmegaConf
+    return _declared(experiment, "baseline")
 
-    from xformer_bench.config import CONF_DIR
 
-    path = CONF_DIR / "experiment" / f"{experiment}.yaml"
-    if not path.is_file():
-        return None
-    declared = OmegaConf.load(path).get("baseline")
-    return OmegaConf.to_container(declared) if declared is not None else None
+def study_allowed_differences(experiment: str) -> tuple[str, ...]:
+    """The differences from the baseline row a study accepts (``allowed_differences:
+    [position, stack, eval_protocol]``: groups, dotted keys, ``eval_protocol``, ``params``)."""
+    declared = _declared(experiment, "allowed_differences") or ()
+    return (declared,) if isinstance(declared, str) else tuple(str(d) for d in declared)
 
 
 class UnknownExperimentError(LookupError):
@@ -56,7 +72,12 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
         variants = group_variants(found.of(experiment))
         for warning in repeated_seeds(variants):
             log(f"warning: {experiment}: {warning}")
-        table = build_table(experiment, variants, study_baseline(experiment))
+        table = build_table(experiment, variants, study_baseline(experiment),
+                            study_allowed_differences(experiment))
+        for row in table.rows:  # one line per row that differs in what the study did not declare
+            line = confounds.warning(experiment, row.label, list(row.differences))
+            if line:
+                log(f"warning: {line}")
         base = out_dir / experiment.replace("/", "_")
         for suffix, render in RENDERERS.items():
             path = base.with_name(f"{base.name}.{suffix}")

@@ -47,6 +47,7 @@ class Row:
     finished: int
     total: int
     statuses: str                         # "diverged=1;finished=2"
+    differences: tuple = ()               # confounds.Difference s from the baseline row
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,195 @@
+"""Confounds: what a table row changes besides what names it, against the study's baseline row.
+
+A row of a study is named by its swept choice (``model=transformer_xl``, ``attention=local``)
+or override; a confound is anything else in which its runs differ from the baseline row's
+(the study's ``baseline:``), compared on the same dataset (the loss columns'):
+
+* a group choice (``record["choices"]``) other than the row's named groups and the plumbing
+  groups (data, trainer, logger): ``position=xl_relative``, ``stack=recurrent``.  A preset's
+  other choices are confounds: Transformer-XL differs from vanilla in its positions too;
+* a configuration key (``record["config"]`` flattened to dotted keys, as the run identity sees
+  it: :func:`~xformer_bench.results.record.identity_config`) outside the nodes of the row's
+  named groups and of the groups whose choice already differs, less :data:`IGNORED` (labels,
+  names, seeds, paths, logging and machine plumbing).  The swept group's own node is the
+  option itself and never a confound, so a swept model preset's sizes are its own;
+  ``model.d_ff`` is left out when the study matches parameters (``match_params``: the solved
+  width is the match, and the parameter check below says whether it held);
+* the evaluation protocol (``record["eval_protocol"]``: streams with memory, sliding or
+  non-overlapping windows); ``eval.*`` keys are then left to it;
+* the parameter count, when the study matches parameters and the row misses the baseline's
+  by more than the tolerance.
+
+A study may accept some in ``allowed_differences:`` (group names, dotted keys or key
+prefixes, ``eval_protocol``, ``params``): those are still listed, the others are undeclared,
+mark the row (:data:`MARK`) and give one warning line each time the table is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from xformer_bench.config import PLUMBING_GROUPS
+from xformer_bench.results.record import identity_config
+from xformer_bench.results.variants import data_of
+
+MARK = "‡"
+NOTE_ITEMS = 4  # items per row in the Markdown/LaTeX note (the CSV has them all)
+IGNORED_ROOTS = ("seed", "experiment_name", "sweep", "hydra", "allowed_differences")
+IGNORED_LEAVES = ("label", "name")
+IGNORED = ("data.path", "data.num_workers", "trainer.accelerator", "trainer.devices",
+           "trainer.num_nodes", "trainer.strategy", "trainer.log_every_n_steps",
+           "trainer.checkpoint", "trainer.checkpoint_every", "trainer.progress_bar",
+           "trainer.compile")
+"""Keys that say where, on what and how visibly a run ran, not what it computed."""
+
+
+@dataclass(frozen=True)
+class Difference:
+    name: str   # what allowed_differences names: "position", "model.d_ff", "eval_protocol"
+    text: str   # "position=xl_relative", "evaluated as streams (10 lanes, ...)"
+    allowed: bool = False
+
+
+def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _ignored(key: str, skipped_roots: set[str]) -> bool:
+    root, leaf = key.split(".")[0], key.split(".")[-1]
+    return (root in skipped_roots or root in IGNORED_ROOTS or key in IGNORED
+            or ("." in key and leaf in IGNORED_LEAVES))
+
+
+def _value(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def protocol_text(protocol: Mapping[str, Any] | None, unit: str = "bytes",
+                  short: bool = False) -> str:
+    """``{"windows": "streams", "lanes": 10, "memory": 128, ...}`` -> 'streams (10 lanes, 128
+    bytes of memory, warmed on 384 bytes)'; windows -> 'non-overlapping windows of 128 bytes'.
+    ``short``: a table cell, 'streams, 10 lanes, memory 128, warm' or 'non-overlapping, 128'."""
+    if not protocol:
+        return ""
+    kind = protocol.get("windows")
+    if short and kind == "streams":
+        return (f"streams, {protocol.get('lanes')} lanes, memory {protocol.get('memory')}"
+                + (", warm" if protocol.get("warmup") else ""))
+    if short:
+        stride = f" by {protocol.get('stride')}" if kind == "sliding" else ""
+        return f"{kind}, {protocol.get('seq_len')}{stride}"
+    if kind == "streams":
+        parts = [f"{protocol.get('lanes')} lanes", f"{protocol.get('memory')} {unit} of memory"]
+        if protocol.get("warmup"):
+            parts.append(f"warmed on {protocol['warmup']} {unit}")
+        return f"streams ({', '.join(parts)})"
+    if kind == "sliding":
+        return (f"sliding windows of {protocol.get('seq_len')} {unit}, "
+                f"stride {protocol.get('stride')}")
+    return f"{kind} windows of {protocol.get('seq_len')} {unit}"
+
+
+def _si(value: float) -> str:
+    from xformer_bench.results.table import si
+
+    return si(value)
+
+
+def differences(record: dict[str, Any], base: dict[str, Any], named: Iterable[str],
+                allowed: Iterable[str] = ()) -> list[Difference]:
+    """What ``record`` changes from ``base`` besides its ``named`` groups and overrides."""
+    named, allowed = set(named), tuple(allowed)
+    found: list[Difference] = []
+    choices, base_choices = record["choices"], base["choices"]
+    groups = sorted((set(choices) | set(base_choices)) - named - set(PLUMBING_GROUPS))
+    changed = [g for g in groups if str(choices.get(g)) != str(base_choices.get(g))]
+    found += [Difference(g, f"{g}={choices.get(g)}") for g in changed]
+    protocols = record.get("eval_protocol"), base.get("eval_protocol")
+    skipped = {*(n for n in named if n in choices), *changed, "logger"}
+    skipped |= {"eval"} if all(protocols) else set()
+    config, base_config = (flatten(identity_config(r["config"])) for r in (record, base))
+    matched = record["config"].get("match_params") or {}
+    for key in sorted(set(config) | set(base_config)):
+        if (_ignored(key, skipped) or key in named or (matched and key == "model.d_ff")
+                or _value(config.get(key)) == _value(base_config.get(key))):
+            continue
+        found.append(Difference(key, f"{key}={_value(config.get(key))}"))
+    tolerance = matched.get("tolerance") if isinstance(matched, Mapping) else None
+    params, base_params = record.get("params"), base.get("params")
+    if tolerance is not None and params and base_params \
+            and abs(params / base_params - 1) > tolerance:
+        found.append(Difference("params", f"{_si(params)} parameters ({params / base_params - 1:+.0%}"
+                                f" against {_si(base_params)}, beyond the {tolerance:.0%} match)"))
+    if protocols[0] != protocols[1] and any(protocols):
+        unit = str(record.get("eval_unit") or "bytes")
+        found.append(Difference("eval_protocol", "evaluated as "
+                                + (protocol_text(protocols[0], unit) or "the house default")))
+    return [Difference(d.name, d.text, _allowed(d.name, allowed)) for d in found]
+
+
+def _allowed(name: str, allowed: tuple[str, ...]) -> bool:
+    return any(name == a or name.startswith(f"{a}.") for a in allowed)
+
+
+def summary(found: list[Difference], limit: int | None = NOTE_ITEMS) -> str:
+    """'also position=xl_relative, stack=recurrent; evaluated as streams (...)'."""
+    settings = [d.text for d in found if d.name != "eval_protocol"]
+    protocol = [d.text for d in found if d.name == "eval_protocol"]
+    if limit is not None and len(settings) + len(protocol) > limit:
+        keep = max(limit - len(protocol), 1)
+        settings = settings[:keep] + [f"{len(settings) - keep} more"]
+    parts = ([f"also {', '.join(settings)}"] if settings else []) + protocol
+    return "; ".join(parts)
+
+
+def undeclared(found: list[Difference]) -> list[str]:
+    """The names of the differences the study does not declare, readably ('eval protocol')."""
+    names = [d.name.replace("eval_protocol", "eval protocol") for d in found if not d.allowed]
+    return list(dict.fromkeys(names))
+
+
+def warning(experiment: str, label: str, found: list[Difference]) -> str | None:
+    names = undeclared(found)
+    return (f"{experiment} row {label!r} differs from the baseline in undeclared keys: "
+            f"{', '.join(names)}" if names else None)
+
+
+def mark(row: Any) -> str:
+    """:data:`MARK` after the label of a row with an undeclared difference, else ''."""
+    return MARK if undeclared(list(row.differences)) else ""
+
+
+def row_differences(variant: Any, base: Any, data: str, named: Iterable[str],
+                    allowed: Iterable[str] = ()) -> tuple[Difference, ...]:
+    """The differences of ``variant`` from the ``base`` variant on dataset ``data`` (else on
+    any dataset both ran), between a run of each (finished first)."""
+    def first(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return min(runs, key=lambda r: r["status"] != "finished", default=None)
+
+    for dataset in dict.fromkeys([data, *(data_of(r) for r in variant.records)]):
+        record, reference = first(variant.on(dataset)), first(base.on(dataset))
+        if record is not None and reference is not None:
+            return tuple(differences(record, reference, named, allowed))
+    return ()
+
+
+def note(rows: Iterable[Any], baseline: str | None) -> str:
+    """'Differences from the baseline row (Vanilla Transformer): Transformer-XL: also ...;
+    ...' over the rows with ``differences``; '' when none differs."""
+    listed = [row for row in rows if row.differences]
+    if not listed:
+        return ""
+    items = "; ".join(f"{row.label}{mark(row)}: {summary(list(row.differences))}"
+                      for row in listed)
+    marked = any(mark(row) for row in listed)
+    return (f"Differences from the baseline row ({baseline}): {items}."
+            + (f" {MARK}: differs in what the study does not declare (allowed_differences)."
+               if marked else ""))
