@@ -220,3 +220,20 @@ def test_end_to_end_a_bad_input_exits_2_without_a_traceback(name, tmp_path):
     result = xbench(*_arguments(case, tmp_path), cwd=tmp_path)
     assert result.returncode == 2
     assert_one_actionable_line(result.returncode, result.stderr, case.fix, tmp_path / "results")
+
+
+# -- a study's row that is full attention at the study's length (issue 22) ---------------------
+FULL_AT_ITS_LENGTH = BadInput(
+    ("experiment=attention_zoo", "attention=dilated", "attention.window=64",
+     "attention.dilation=1"),
+    "it is full attention here; run it at a length where it is sparse, change attention.window")
+"""dilated's 64 adjacent keys cover all 32 positions: sub-quadratic in name only."""
+
+
+def test_a_study_row_that_is_full_attention_at_its_length_is_one_error_line(
+        tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("XBENCH_DEBUG", raising=False)
+    status, stderr = run_in_process(_arguments(FULL_AT_ITS_LENGTH, tmp_path), capfd)
+    assert_one_actionable_line(status, stderr, FULL_AT_ITS_LENGTH.fix, tmp_path / "results")
+    assert status == 2 and "declare it a control of experiment=attention_zoo" in stderr

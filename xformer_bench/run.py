@@ -90,7 +90,30 @@ def _startup(first_step_at: float | None, job_started: float) -> dict[str, float
             "startup_seconds": None if process is None else first_step_at - process}
 
 
-def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> None:
+def _attention_coverage(config: dict[str, Any], model, task: str,
+                        study: str | None) -> dict[str, Any] | None:
+    """The pairs the model's attention attends at its length (``attention_coverage``, measured
+    before training); in a study, a sub-quadratic row that attends nearly all of them is refused
+    unless the study declares it a control
+    (:func:`~xformer_bench.models.attended_pairs.refuse_dense`)."""
+    from xformer_bench.models.attended_pairs import (attention_coverage, first_token_mixer,
+                                                      refuse_dense)
+
+    mixer = first_token_mixer(model)
+    if mixer is None:
+        return None
+    dims = getattr(model, "dims", None)
+    seq_len = getattr(dims, "seq_len", config["data"]["seq_len"])
+    n_layers = getattr(dims, "n_layers", config["model"]["n_layers"])
+    coverage = attention_coverage(mixer, seq_len, range(n_layers), causal=task != "classify",
+                                  n_heads=config["model"]["n_heads"])
+    refuse_dense(coverage, config["attention"], mixer, study=study, controls=config.get("controls"),
+                 length=f"data.seq_len={config['data']['seq_len']}")
+    return coverage
+
+
+def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
+           study: str | None = None) -> None:
     import lightning as L
 
     from xformer_bench.models.flops import training_step_flops
@@ -107,12 +130,14 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path) -> Non
     datamodule = _build_datamodule(config)
     task = _build_task(config, datamodule)
     _stream_if_remembered(config, datamodule, task.model)
+    coverage = _attention_coverage(config, task.model, datamodule.task, study)  # may refuse
     record.update(records.task_fields(datamodule.task, task.metrics, task.unit))
     if hasattr(datamodule, "eval_protocol"):
         record["eval_protocol"] = datamodule.eval_protocol()
     if getattr(datamodule, "layout", None) is not None:  # images as sequences: (H, W, C)
         record["layout"] = list(datamodule.layout)
     seq_len, batch_size = config["data"]["seq_len"], config["data"]["batch_size"]
+    record["attention_coverage"] = coverage
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()
     probe = getattr(task.model, "example_inputs", None)  # inputs other than (B, T) tokens
@@ -175,7 +200,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     memory.start()
     try:
         with shared_with_spawned_ranks(config, choices, overrides, run_dir):
-            _train(config, record, run_dir)
+            _train(config, record, run_dir, study=choices.get("experiment"))
         record["status"] = "finished"
     except DivergedError as error:
         record.update(status="diverged", error=str(error))
