@@ -143,3 +143,21 @@ def test_sparse_rows_and_dense_by_design_options_are_not_refused():
     refuse(seq_len=32)  # window 8 of 32 keys
     refuse({"name": "linear", "label": "Linear"})  # every pair at any length: not a pattern
     refuse({"name": "full", "label": "Full"})  # claims no sub-quadratic cost
+
+
+def test_the_table_shows_the_attended_share_when_records_carry_it(tmp_path):
+    """One tiny study run per option: local at a window that covers the sequence is 100 %,
+    a window of 4 over 32 positions is sparse; the table's Attended % column shows both."""
+    from conftest import run_tiny
+    from xformer_bench.results.aggregate import build_table
+    from xformer_bench.results.collect import collect
+    from xformer_bench.results.variants import group_variants
+
+    for window in (64, 4):
+        run_tiny(tmp_path, "attention=local", f"attention.window={window}",
+                 "trainer.max_steps=1", "experiment_name=coverage")
+    variants = group_variants(collect(tmp_path / "results").of("coverage"))
+    table = build_table("coverage", variants)
+    j = [c.key for c in table.columns].index("attended")
+    shares = sorted(row.cells[j].mean for row in table.rows)
+    assert shares[-1] == 100.0 and shares[0] < 30.0

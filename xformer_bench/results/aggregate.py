@@ -1,7 +1,8 @@
 """Variants -> a :class:`Table` in the shape of Narang et al. (2021) Table 1.
 
 Columns: Params (and Active params when a routed layer makes them differ), Ops (FLOPs per
-step), Step/s, Step MiB (the tensors one training step allocates, measured before training),
+step), Attended % (of the allowed (query, key) pairs at the run's length, when records carry
+it), Step/s, Step MiB (the tensors one training step allocates, measured before training),
 Peak MiB (a GPU run's own peak: see ``PER_RUN_MEMORY``), Early loss, Final loss, one column per test metric the records declare on each
 dataset (:mod:`metrics`), Seeds.  Only finished runs are averaged; a variant with none shows
 its status instead.  Params, Ops, Step/s, the losses and Seeds come from the dataset with the
@@ -72,6 +73,14 @@ def configured(runs: list[dict[str, Any]], key: str) -> Cell:
     return Cell()
 
 
+def _attended_percent(record: dict[str, Any]) -> float | None:
+    """The share of the allowed (query, key) pairs the run's attention attends at its length
+    (``attention_coverage``, measured before training), in percent; None where not measured."""
+    coverage = record.get("attention_coverage") or {}
+    fraction = _finite(coverage.get("attended_fraction"))
+    return None if fraction is None else 100 * fraction
+
+
 def _metric_value(metric: Metric) -> Extract:
     def extract(record: dict[str, Any]) -> Any:
         value = (record.get("test") or {}).get(metric.test_key)
@@ -118,10 +127,12 @@ def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], st
     routed = any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
                  for r in records)
     protocols = {repr(sorted((r.get("eval_protocol") or {}).items())) for r in records}
+    coverage = any(_attended_percent(r) is not None for r in records)
     columns = [
         Column("params", "Params", kind="si"),
         *([Column("active_params", "Active params", kind="si")] if routed else []),
         Column("ops", "Ops", kind="si"),
+        *([Column("attended", "Attended %", digits=1)] if coverage else []),
         Column("steps_per_sec", "Step/s", digits=2),
         *([Column("step_memory", "Step MiB", digits=1)] if step_memory else []),
         *([Column("peak_memory", "Peak MiB", digits=0)] if per_run_memory else []),
@@ -142,6 +153,8 @@ def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
         "params": lambda: configured(runs, "params"),
         "active_params": lambda: configured(runs, "active_params"),
         "ops": lambda: configured(runs, "flops_per_step"),
+        "attended": lambda: configured([{**r, "attended": _attended_percent(r)} for r in runs],
+                                       "attended"),
         "steps_per_sec": lambda: measured(runs, lambda r: r.get("steps_per_sec")),
         "peak_memory": lambda: measured(runs, _per_run_memory),
         "step_memory": lambda: configured(runs, "step_memory_mb"),
