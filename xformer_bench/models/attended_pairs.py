@@ -86,12 +86,12 @@ def layer_coverage(attend: Attend, n_heads: int, head_dim: int, seq_len: int, *,
     keys = torch.zeros(n_heads, seq_len, dtype=torch.long)  # (H, T)
     rebuilt = torch.zeros(n_heads, seq_len, head_dim)  # (H, T, Dh): P @ check
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
+        torch.random.default_generator.manual_seed(SEED)  # the CPU alone: no lazy CUDA seeding
         for j0, weights in _pair_weights(attend, q, k, causal, layer):  # (H, T, w)
             allowed = (j0 + torch.arange(weights.shape[-1]) <= query) if causal else True
             keys += ((weights != 0) & allowed).sum(-1)
             rebuilt += weights @ check[0, :, j0:j0 + weights.shape[-1]]
-        torch.manual_seed(SEED)
+        torch.random.default_generator.manual_seed(SEED)  # the CPU alone: no lazy CUDA seeding
         out = attend(q, k, check, causal=causal, layer=layer) - attend(
             q, k, torch.zeros_like(check), causal=causal, layer=layer)  # (1, H, T, Dh)
     if not torch.allclose(out[0], rebuilt, rtol=1e-3, atol=1e-4 * float(out.abs().max()) + 1e-6):
