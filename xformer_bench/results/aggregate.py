@@ -1,108 +1,25 @@
-"""Variants -> a :class:`Table` in the shape of Narang et al. (2021) Table 1.
-
-Columns: Params (and Active params when a routed layer makes them differ), Ops (FLOPs per
-step), Attended % (of the allowed (query, key) pairs at the run's length, when records carry
-it), Step/s, Step MiB (the tensors one training step allocates, measured before training),
-Peak MiB (a GPU run's own peak: see ``PER_RUN_MEMORY``), Early loss, Final loss, one column per test metric the records declare on each
-dataset (:mod:`metrics`), Seeds.  Only finished runs are averaged; a variant with none shows
-its status instead.  Params, Ops, Step/s, the losses and Seeds come from the dataset with the
-most runs (ties: the first the sweep declares, then by name) -- the pre-training task of
-the survey.
+"""Variants -> a :class:`Table` in the shape of Narang et al. (2021) Table 1: the columns
+declared in :mod:`columns` that the records can fill, the cells of each row from the dataset
+with the most runs (ties: the first the sweep declares, then by name) -- the pre-training task
+of the survey -- and, against a study's baseline row, the best values in bold, the
+significant differences marked (:func:`mark_significant`) and each row's confounds
+(:mod:`confounds`).
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from xformer_bench.results import confounds
+from xformer_bench.results.columns import AFTER_METRICS, BEFORE_METRICS, ColumnSpec, metric_spec
 from xformer_bench.results.metrics import Metric, table_metrics
-from xformer_bench.results.record import PER_RUN_MEMORY, STATUSES
+from xformer_bench.results.record import STATUSES
 from xformer_bench.results.significance import holm_bonferroni, welch_p_value
-from xformer_bench.results.table import Cell, Column, Row, Table
+from xformer_bench.results.table import Column, Row, Table
 from xformer_bench.results.variants import (Variant, _naming_facets, data_of, row_groups,
                                             sweep_order, varying_facets)
-
-LOSS_KEY = "val/loss"
-Extract = Callable[[dict[str, Any]], Any]
-
-
-def summarize(values: list[float]) -> Cell:
-    """Mean and sample standard deviation (ddof=1); no std for a single value."""
-    if not values:
-        return Cell()
-    array = np.asarray(values, dtype=float)
-    std = float(np.std(array, ddof=1)) if array.size > 1 else None
-    return Cell(mean=float(np.mean(array)), std=std, n=int(array.size))
-
-
-def status_text(runs: list[dict[str, Any]]) -> str:
-    """The statuses of runs none of which finished: 'diverged' or 'diverged/failed'."""
-    present = {r["status"] for r in runs}
-    return "/".join(s for s in STATUSES if s in present)
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def measured(runs: list[dict[str, Any]], extract: Extract) -> Cell:
-    """Mean ± std of ``extract`` over the finished runs; their status when none finished."""
-    if not runs:
-        return Cell()
-    finished = [r for r in runs if r["status"] == "finished"]
-    if not finished:
-        return Cell(text=status_text(runs))
-    values = [v for v in (_finite(extract(r)) for r in finished) if v is not None]
-    return summarize(values)
-
-
-def configured(runs: list[dict[str, Any]], key: str) -> Cell:
-    """A property of the configuration (params, FLOPs): any run's value, finished first."""
-    ordered = sorted(runs, key=lambda r: r["status"] != "finished")
-    for run in ordered:
-        value = _finite(run.get(key))
-        if value is not None:
-            return Cell(mean=value, n=1)
-    return Cell()
-
-
-def _attended_percent(record: dict[str, Any]) -> float | None:
-    """The share of the allowed (query, key) pairs the run's attention attends at its length
-    (``attention_coverage``, measured before training), in percent; None where not measured."""
-    coverage = record.get("attention_coverage") or {}
-    fraction = _finite(coverage.get("attended_fraction"))
-    return None if fraction is None else 100 * fraction
-
-
-def _metric_value(metric: Metric) -> Extract:
-    def extract(record: dict[str, Any]) -> Any:
-        value = (record.get("test") or {}).get(metric.test_key)
-        return value * metric.spec.scale if _finite(value) is not None else None
-
-    return extract
-
-
-def _per_run_memory(record: dict[str, Any]) -> Any:
-    return record.get("peak_memory_mb") if record.get("peak_memory_kind") in PER_RUN_MEMORY else None
-
-
-def _loss_at(point: str) -> Extract:
-    return lambda record: (record.get(point) or {}).get(LOSS_KEY)
-
-
-def _seeds(runs: list[dict[str, Any]]) -> Cell:
-    if not runs:
-        return Cell()
-    finished = sum(r["status"] == "finished" for r in runs)
-    return Cell(text=str(finished) if finished == len(runs) else f"{finished}/{len(runs)}")
-
 
 def datasets_of(variants: list[Variant]) -> list[str]:
     """The experiment's datasets, the one with most runs (the pre-training task) first; ties in
@@ -118,65 +35,31 @@ def datasets_of(variants: list[Variant]) -> list[str]:
 
 
 def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], str]:
-    """The columns, the metric behind each metric column, and the loss columns' dataset."""
+    """The columns shown (:mod:`columns`), the metric behind each metric column, and the loss
+    columns' dataset."""
     records = [r for v in variants for r in v.records]
     datasets = datasets_of(variants)
     metrics = table_metrics(records, datasets)
-    per_run_memory = any(r.get("peak_memory_kind") in PER_RUN_MEMORY for r in records)
-    step_memory = any(_finite(r.get("step_memory_mb")) is not None for r in records)
-    routed = any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
-                 for r in records)
-    protocols = {repr(sorted((r.get("eval_protocol") or {}).items())) for r in records}
-    coverage = any(_attended_percent(r) is not None for r in records)
-    columns = [
-        Column("params", "Params", kind="si"),
-        *([Column("active_params", "Active params", kind="si")] if routed else []),
-        Column("ops", "Ops", kind="si"),
-        *([Column("attended", "Attended %", digits=1)] if coverage else []),
-        Column("steps_per_sec", "Step/s", digits=2),
-        *([Column("step_memory", "Step MiB", digits=1)] if step_memory else []),
-        *([Column("peak_memory", "Peak MiB", digits=0)] if per_run_memory else []),
-        Column("early_loss", "Early loss", digits=3, higher_is_better=False),
-        Column("final_loss", "Final loss", digits=3, higher_is_better=False),
-        *(Column(m.column_key, m.title, digits=m.spec.digits,
-                 higher_is_better=m.spec.higher_is_better) for m in metrics),
-        *([Column("eval_protocol", "Eval", kind="text")] if len(protocols) > 1 else []),
-        Column("seeds", "Seeds", kind="text"),
-    ]
-    return columns, metrics, (datasets[0] if datasets else "")
+    specs = _specs(records, metrics, lambda data: [])
+    return [spec.column for spec in specs], metrics, (datasets[0] if datasets else "")
+
+
+def _specs(records: list[dict[str, Any]], metrics: list[Metric],
+           runs_on: Callable[[str], list[dict[str, Any]]]) -> list[ColumnSpec]:
+    declared = [*BEFORE_METRICS, *(metric_spec(m, runs_on) for m in metrics), *AFTER_METRICS]
+    return [spec for spec in declared if spec.shown(records)]
 
 
 def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
             loss_data: str) -> Row:
     runs = variant.on(loss_data)
-    cell_of: dict[str, Callable[[], Cell]] = {
-        "params": lambda: configured(runs, "params"),
-        "active_params": lambda: configured(runs, "active_params"),
-        "ops": lambda: configured(runs, "flops_per_step"),
-        "attended": lambda: configured([{**r, "attended": _attended_percent(r)} for r in runs],
-                                       "attended"),
-        "steps_per_sec": lambda: measured(runs, lambda r: r.get("steps_per_sec")),
-        "peak_memory": lambda: measured(runs, _per_run_memory),
-        "step_memory": lambda: configured(runs, "step_memory_mb"),
-        "early_loss": lambda: measured(runs, _loss_at("early")),
-        "final_loss": lambda: measured(runs, _loss_at("final")),
-        "seeds": lambda: _seeds(runs),
-        "eval_protocol": lambda: _protocol(runs),
-    }
-    for m in metrics:
-        cell_of[m.column_key] = lambda m=m: measured(variant.on(m.data), _metric_value(m))
+    specs = {spec.column.key: spec for spec in
+             [*BEFORE_METRICS, *(metric_spec(m, variant.on) for m in metrics), *AFTER_METRICS]}
     statuses = Counter(r["status"] for r in runs)
     return Row(label=variant.label, key=variant.key,
-               cells=tuple(cell_of[c.key]() for c in columns),
+               cells=tuple(specs[c.key].cell(runs) for c in columns),
                finished=statuses["finished"], total=len(runs),
                statuses=";".join(f"{s}={statuses[s]}" for s in STATUSES if statuses[s]))
-
-
-def _protocol(runs: list[dict[str, Any]]) -> Cell:
-    """The evaluation protocol of the row's runs (the first's: one configuration, one
-    protocol), short: 'streams, 10 lanes, memory 128, warm'."""
-    text = confounds.protocol_text(runs[0].get("eval_protocol"), short=True) if runs else ""
-    return Cell(text=text) if text else Cell()
 
 
 def mark_best(columns: list[Column], rows: list[Row]) -> list[Row]:

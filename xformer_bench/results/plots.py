@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from xformer_bench.results.aggregate import LOSS_KEY, datasets_of
+from xformer_bench.results.aggregate import datasets_of
+from xformer_bench.results.columns import LOSS_KEY
 from xformer_bench.results.record import primary_metric
 from xformer_bench.results.table import Table
 from xformer_bench.results.variants import Variant

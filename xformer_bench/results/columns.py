@@ -1,0 +1,162 @@
+"""The table's columns, declared once: each a :class:`Column` (title, format, which way is
+better), when it is shown (a predicate over all the study's records), and how a row's cell is
+computed from that row's runs (:class:`ColumnSpec`).  The metric columns (one per test metric
+the records declare, :mod:`metrics`) sit between :data:`BEFORE_METRICS` and
+:data:`AFTER_METRICS`.  A new column is one entry here.
+
+Cells: only finished runs are averaged (:func:`measured`: mean ± sample std), a configuration
+property (:func:`configured`: params, FLOPs) is any run's value; a row none of whose runs
+finished shows its status.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xformer_bench.results import confounds
+from xformer_bench.results.metrics import Metric
+from xformer_bench.results.record import PER_RUN_MEMORY, STATUSES
+from xformer_bench.results.table import Cell, Column
+
+LOSS_KEY = "val/loss"
+Extract = Callable[[dict[str, Any]], Any]
+Runs = list[dict[str, Any]]
+
+
+def summarize(values: list[float]) -> Cell:
+    """Mean and sample standard deviation (ddof=1); no std for a single value."""
+    if not values:
+        return Cell()
+    array = np.asarray(values, dtype=float)
+    std = float(np.std(array, ddof=1)) if array.size > 1 else None
+    return Cell(mean=float(np.mean(array)), std=std, n=int(array.size))
+
+
+def status_text(runs: list[dict[str, Any]]) -> str:
+    """The statuses of runs none of which finished: 'diverged' or 'diverged/failed'."""
+    present = {r["status"] for r in runs}
+    return "/".join(s for s in STATUSES if s in present)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def measured(runs: list[dict[str, Any]], extract: Extract) -> Cell:
+    """Mean ± std of ``extract`` over the finished runs; their status when none finished."""
+    if not runs:
+        return Cell()
+    finished = [r for r in runs if r["status"] == "finished"]
+    if not finished:
+        return Cell(text=status_text(runs))
+    values = [v for v in (_finite(extract(r)) for r in finished) if v is not None]
+    return summarize(values)
+
+
+def configured(runs: list[dict[str, Any]], key: str) -> Cell:
+    """A property of the configuration (params, FLOPs): any run's value, finished first."""
+    ordered = sorted(runs, key=lambda r: r["status"] != "finished")
+    for run in ordered:
+        value = _finite(run.get(key))
+        if value is not None:
+            return Cell(mean=value, n=1)
+    return Cell()
+
+
+def _attended_percent(record: dict[str, Any]) -> float | None:
+    """The share of the allowed (query, key) pairs the run's attention attends at its length
+    (``attention_coverage``, measured before training), in percent; None where not measured."""
+    coverage = record.get("attention_coverage") or {}
+    fraction = _finite(coverage.get("attended_fraction"))
+    return None if fraction is None else 100 * fraction
+
+
+def _metric_value(metric: Metric) -> Extract:
+    def extract(record: dict[str, Any]) -> Any:
+        value = (record.get("test") or {}).get(metric.test_key)
+        return value * metric.spec.scale if _finite(value) is not None else None
+
+    return extract
+
+
+def _per_run_memory(record: dict[str, Any]) -> Any:
+    return record.get("peak_memory_mb") if record.get("peak_memory_kind") in PER_RUN_MEMORY else None
+
+
+def _loss_at(point: str) -> Extract:
+    return lambda record: (record.get(point) or {}).get(LOSS_KEY)
+
+
+def _seeds(runs: list[dict[str, Any]]) -> Cell:
+    if not runs:
+        return Cell()
+    finished = sum(r["status"] == "finished" for r in runs)
+    return Cell(text=str(finished) if finished == len(runs) else f"{finished}/{len(runs)}")
+
+
+def _protocol(runs: list[dict[str, Any]]) -> Cell:
+    """The evaluation protocol of the row's runs (the first's: one configuration, one
+    protocol), short: 'streams, 10 lanes, memory 128, warm'."""
+    text = confounds.protocol_text(runs[0].get("eval_protocol"), short=True) if runs else ""
+    return Cell(text=text) if text else Cell()
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    column: Column
+    cell: Callable[[Runs], Cell]                       # the row's runs -> its cell
+    shown: Callable[[Runs], bool] = lambda records: True  # all the table's records -> shown?
+
+
+def _routed(records: Runs) -> bool:
+    return any(_finite(r.get("active_params")) not in (None, _finite(r.get("params")))
+               for r in records)
+
+
+def _protocols_differ(records: Runs) -> bool:
+    return len({repr(sorted((r.get("eval_protocol") or {}).items())) for r in records}) > 1
+
+
+def _attended(runs: Runs) -> Cell:
+    return configured([{**r, "attended": _attended_percent(r)} for r in runs], "attended")
+
+
+BEFORE_METRICS = (
+    ColumnSpec(Column("params", "Params", kind="si"), lambda runs: configured(runs, "params")),
+    ColumnSpec(Column("active_params", "Active params", kind="si"),
+               lambda runs: configured(runs, "active_params"), _routed),
+    ColumnSpec(Column("ops", "Ops", kind="si"), lambda runs: configured(runs, "flops_per_step")),
+    ColumnSpec(Column("attended", "Attended %", digits=1), _attended,
+               lambda records: any(_attended_percent(r) is not None for r in records)),
+    ColumnSpec(Column("steps_per_sec", "Step/s", digits=2),
+               lambda runs: measured(runs, lambda r: r.get("steps_per_sec"))),
+    ColumnSpec(Column("step_memory", "Step MiB", digits=1),
+               lambda runs: configured(runs, "step_memory_mb"),
+               lambda records: any(_finite(r.get("step_memory_mb")) is not None
+                                   for r in records)),
+    ColumnSpec(Column("peak_memory", "Peak MiB", digits=0),
+               lambda runs: measured(runs, _per_run_memory),
+               lambda records: any(r.get("peak_memory_kind") in PER_RUN_MEMORY
+                                   for r in records)),
+    ColumnSpec(Column("early_loss", "Early loss", digits=3, higher_is_better=False),
+               lambda runs: measured(runs, _loss_at("early"))),
+    ColumnSpec(Column("final_loss", "Final loss", digits=3, higher_is_better=False),
+               lambda runs: measured(runs, _loss_at("final"))),
+)
+AFTER_METRICS = (
+    ColumnSpec(Column("eval_protocol", "Eval", kind="text"), _protocol, _protocols_differ),
+    ColumnSpec(Column("seeds", "Seeds", kind="text"), _seeds),
+)
+
+
+def metric_spec(metric: Metric, runs_on: Callable[[str], Runs]) -> ColumnSpec:
+    """The column of one test metric, on its own dataset's runs (``runs_on(data)``)."""
+    return ColumnSpec(Column(metric.column_key, metric.title, digits=metric.spec.digits,
+                             higher_is_better=metric.spec.higher_is_better),
+                      lambda runs: measured(runs_on(metric.data), _metric_value(metric)))
