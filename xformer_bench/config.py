@@ -5,6 +5,7 @@ scripts and tests; the CLI itself composes through ``@hydra.main``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,15 @@ def compose_config(*overrides: str) -> dict[str, Any]:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):  # read now
             cfg = compose(config_name="config", overrides=list(overrides))
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"d_model": 128}}`` -> ``{"model.d_model": 128}`` (an empty node stays a
+    leaf, ``{}``: a key with no settings is not a key that is absent)."""
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -40,9 +40,18 @@ def _build_task(config: dict[str, Any], datamodule):
 
 def _stream_if_remembered(config: dict[str, Any], datamodule, model) -> None:
     """A stack that carries memory from batch to batch (``streams``) needs each batch row to
-    continue the previous batch's: have the data stream its splits."""
+    continue the previous batch's: have the data stream its splits, evaluated per ``eval.tgt_len``
+    / ``eval.lanes`` / ``eval.warm`` (Transformer-XL's protocol; checked for every run of data
+    that can stream) with the layers and per-layer reach of the evaluation memory, which set a
+    warmed lane's warm-up."""
     stack = getattr(model, "stack", None)
-    if not getattr(stack, "streams", False):
+    remembers = getattr(stack, "streams", False)
+    if hasattr(datamodule, "evaluate_streams"):
+        keys = config.get("eval") or {}
+        datamodule.evaluate_streams(keys.get("tgt_len"), keys.get("lanes"), keys.get("warm", False),
+                                    depth=stack.n_layers if remembers else 0,
+                                    reach=stack.eval_reach if remembers else 0)
+    if not remembers:
         return
     if not hasattr(datamodule, "use_streams"):
         raise ConfigError(f"stack={config['stack']['name']} carries memory across batches, "

@@ -30,13 +30,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xformer_bench.config import PLUMBING_GROUPS
+from xformer_bench.config import PLUMBING_GROUPS, flatten
 from xformer_bench.results.record import identity_config
 from xformer_bench.results.variants import data_of
 
 MARK = "‡"
 NOTE_ITEMS = 4  # items per row in the Markdown/LaTeX note (the CSV has them all)
-IGNORED_ROOTS = ("seed", "experiment_name", "sweep", "hydra", "allowed_differences")
+IGNORED_ROOTS = ("seed", "experiment_name", "sweep", "hydra")
 IGNORED_LEAVES = ("label", "name")
 IGNORED = ("data.path", "data.num_workers", "trainer.accelerator", "trainer.devices",
            "trainer.num_nodes", "trainer.strategy", "trainer.log_every_n_steps",
@@ -50,16 +50,6 @@ class Difference:
     name: str   # what allowed_differences names: "position", "model.d_ff", "eval_protocol"
     text: str   # "position=xl_relative", "evaluated as streams (10 lanes, ...)"
     allowed: bool = False
-
-
-def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in node.items():
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _ignored(key: str, skipped_roots: set[str]) -> bool:

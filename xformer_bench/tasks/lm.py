@@ -5,9 +5,8 @@ units divided by ln 2, named by the data's unit (:data:`~xformer_bench.metric_sp
 ``bits_per_dim`` for image dimensions).  Validation and test accumulate the summed nats and the
 unit count over the whole split (across ranks) before dividing, so padding never dilutes them.
 A model with memory across batches (``stack=recurrent``) forgets it when training starts and
-when each validation / test epoch starts, so every evaluation stream starts clean; how the
-streams run (``eval.tgt_len``, ``eval.lanes``, ``eval.warm``: Transformer-XL's protocol) is
-handed to the data with the memory's depth and reach (:func:`evaluate_streams`).
+when each validation / test epoch starts, so every evaluation stream starts clean (how the
+streams run is the data's: :func:`xformer_bench.run._stream_if_remembered`).
 """
 
 from __future__ import annotations
@@ -74,20 +73,6 @@ class LanguageModelTask(Task):
         self._reset_memory(False)
 
 
-def evaluate_streams(config: dict, model: torch.nn.Module,
-                     datamodule: L.LightningDataModule) -> None:
-    """``eval.tgt_len`` / ``eval.lanes`` / ``eval.warm`` to data that can stream (checked for
-    every run; used when the model carries memory), with the layers and per-layer reach of
-    the model's evaluation memory, which set a warmed lane's warm-up."""
-    if not hasattr(datamodule, "evaluate_streams"):
-        return
-    keys, stack = config.get("eval") or {}, getattr(model, "stack", None)
-    remembers = getattr(stack, "streams", False)
-    datamodule.evaluate_streams(keys.get("tgt_len"), keys.get("lanes"), keys.get("warm", False),
-                                depth=stack.n_layers if remembers else 0,
-                                reach=stack.eval_reach if remembers else 0)
-
-
 @TASK.register("lm")
 def build(config: dict, datamodule: L.LightningDataModule) -> LanguageModelTask:
     """The model the config describes over the data's vocabulary, scored per the data's unit.
@@ -97,6 +82,5 @@ def build(config: dict, datamodule: L.LightningDataModule) -> LanguageModelTask:
     if layout is not None and "shape" in config["position"] and config["position"]["shape"] is None:
         config = {**config, "position": {**config["position"], "shape": list(layout)}}
     model = build_model(config, datamodule.vocab_size)
-    evaluate_streams(config, model, datamodule)
     return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"],
                              unit=datamodule.unit)

@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 
 from lightning.pytorch.loggers import WandbLogger
 
+from xformer_bench.config import flatten
+
 MODES = ("auto", "online", "offline", "disabled")
 
 
@@ -39,18 +41,6 @@ def resolve_mode(configured: str) -> str:
     if from_env:
         return "offline" if from_env == "dryrun" else from_env
     return "online" if has_api_key() else "offline"
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"model": {"d_model": 128}}`` -> ``{"model.d_model": 128}``."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def run_config(record: dict[str, Any]) -> dict[str, Any]:
