@@ -81,7 +81,12 @@ def test_changing_a_future_token_leaves_the_past_unchanged(attention, position):
     spec = {"name": attention, **BOUNDARY_KWARGS.get(attention, {})}
     if "causal" not in build_token_mixer(spec, dims).provides:
         pytest.skip(f"attention={attention} is bidirectional only (refused in a causal LM)")
-    model = _model(attention, position, dims)
+    assert_no_future_leak(_model(attention, position, dims), t_len)
+
+
+def assert_no_future_leak(model: TransformerLM, t_len: int) -> None:
+    """Outputs before each of PERTURBED_FROM are bit-identical when the tokens from it on
+    change, and the outputs from it on do change."""
     tokens = torch.randint(0, 256, (2, t_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         before = model(tokens)
@@ -94,6 +99,27 @@ def test_changing_a_future_token_leaves_the_past_unchanged(attention, position):
         torch.testing.assert_close(before[:, :first], after[:, :first], atol=0, rtol=0,
                                    msg=lambda m, first=first: f"tokens changed from {first}: {m}")
         assert not torch.allclose(before[:, first:], after[:, first:]), "the future must matter"
+
+
+def test_the_leak_check_catches_a_leak_across_a_block_boundary_only():
+    """Planted: block_local whose last query of each block of 4 also reads, faintly (1e-6),
+    the value of the next position -- the first of the next block."""
+    dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=BOUNDARY_SEQ_LEN,
+                     vocab_size=256)
+    model = _model("block_local", "sinusoidal", dims)
+    kernel = model.stack.blocks[0].attention.kernel
+    honest = kernel.forward
+
+    def leaking(q, k, v, **kwargs):  # (B, H, T, Dh)
+        out = honest(q, k, v, **kwargs)
+        at_block_end = (torch.arange(v.shape[-2]) % 4 == 3)[:, None]  # (T, 1)
+        return out + 1e-6 * at_block_end * v.roll(-1, dims=-2)
+
+    kernel.forward = leaking
+    with pytest.raises(AssertionError, match="tokens changed from (4|12)"):
+        assert_no_future_leak(model, BOUNDARY_SEQ_LEN)
+    kernel.forward = honest
+    assert_no_future_leak(model, BOUNDARY_SEQ_LEN)
 
 
 @pytest.mark.parametrize("attention", ATTENTION.names())
