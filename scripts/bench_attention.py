@@ -6,7 +6,9 @@
 
 Writes results/bench/attention.{md,tex,csv} and attention.{png,pdf} (log-log time and memory
 against T); with --scope kernel, attention_kernel.* (q, k, v -> out alone, where the option has
-a kernel); with --bidirectional, the same names ending in _bidirectional.  CPU here, CUDA when present (synchronised timing, max_memory_allocated).
+a kernel); with --bidirectional, the same names ending in _bidirectional; on CUDA (synchronised
+timing, max_memory_allocated, bf16 autocast by default), attention_cuda*.  The CSV grows as the
+sweep goes; ``--from-csv FILE`` renders the tables and plots of an earlier (or cut-off) sweep.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from pathlib import Path
 
 import torch
 
-from xformer_bench.bench.attention_cost import Caps, Shape, plot, sweep, table, to_csv
+import csv
+
+from xformer_bench.bench.attention_cost import (
+    CSV_FIELDS, Caps, Shape, csv_row, from_csv, plot, sweep, table, to_csv)
 from xformer_bench.config import CONF_DIR
 from xformer_bench.results import latex, markdown
 
@@ -37,20 +42,32 @@ def main() -> None:
     parser.add_argument("--cap-seconds", type=float, default=30.0)
     parser.add_argument("--cap-megabytes", type=float, default=8192.0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), help="default: bf16 on CUDA")
+    parser.add_argument("--where", help="the device's name in the caption (with --from-csv)")
+    parser.add_argument("--from-csv", type=Path, help="render this CSV; measure nothing")
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     args = parser.parse_args()
 
-    names = ["full", *(n for n in args.attention if n != "full")]  # the reference first
-    shape = Shape(args.batch, args.heads, args.head_dim, not args.bidirectional, args.scope)
     device = torch.device(args.device)
-    results = sweep(names, sorted(args.lengths), shape, Caps(args.cap_seconds, args.cap_megabytes),
-                    device, args.repeats)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        f"CPU ({torch.get_num_threads()} threads)"
-    rendered = table(results, shape, where)
+    dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
+    shape = Shape(args.batch, args.heads, args.head_dim, not args.bidirectional, args.scope, dtype)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / ("attention" + ("" if args.scope == "layer" else "_kernel")
+    stem = args.out / ("attention" + ("_cuda" if device.type == "cuda" else "")
+                       + ("" if args.scope == "layer" else "_kernel")
                        + ("_bidirectional" if args.bidirectional else ""))
+    where = args.where or (torch.cuda.get_device_name(device) if device.type == "cuda" else
+                           f"CPU ({torch.get_num_threads()} threads)")
+    if args.from_csv:
+        results = from_csv(args.from_csv.read_text())
+    else:
+        names = ["full", *(n for n in args.attention if n != "full")]  # the reference first
+        with stem.with_suffix(".csv").open("w", newline="") as partial:
+            writer = csv.DictWriter(partial, fieldnames=CSV_FIELDS, lineterminator="\n")
+            writer.writeheader()
+            results = sweep(names, sorted(args.lengths), shape,
+                            Caps(args.cap_seconds, args.cap_megabytes), device, args.repeats,
+                            on_result=lambda m: (writer.writerow(csv_row(m)), partial.flush()))
+    rendered = table(results, shape, where)
     stem.with_suffix(".md").write_text(markdown.render(rendered))
     stem.with_suffix(".tex").write_text(latex.render(rendered))
     stem.with_suffix(".csv").write_text(to_csv(results))

@@ -43,17 +43,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per contender")
     parser.add_argument("--device", default="cuda" if cuda else "cpu")
     parser.add_argument("--precision", default="bf16-mixed" if cuda else "32-true")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile every contender (inductor; trainer.compile=true)")
     parser.add_argument("--out", type=Path, default=Path("results/bench/train"))
     args = parser.parse_args()
 
     rows = []
     for size in args.sizes:
         rows += as_rows(race(size, args.steps, args.device, args.precision,
-                             tuple(args.contenders)))
+                             tuple(args.contenders), args.compile))
         print(json.dumps(rows[-len(args.contenders):]), flush=True)
     device = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() \
         or platform.machine()
     setting = (f"{args.device} ({device}, {torch.get_num_threads()} threads), {args.precision}, "
+               f"{'compiled (inductor)' if args.compile else 'eager'}, "
                f"{args.steps} timed steps, torch {torch.__version__}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(markdown(rows, setting))

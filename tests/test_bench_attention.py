@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from conftest import compile_latex
-from xformer_bench.bench.attention_cost import Caps, Measurement, Shape, sweep, table, to_csv
+from xformer_bench.bench import attention_cost
+from xformer_bench.bench.attention_cost import (
+    Caps, Measurement, Shape, from_csv, sweep, table, to_csv)
 from xformer_bench.bench.peak_memory import PeakLiveBytes, peak_bytes
 from xformer_bench.results import latex, markdown
 
@@ -43,6 +45,31 @@ def test_sweep_stops_a_variant_past_the_caps_and_marks_it():
     assert [m.status for m in results] == ["ok", "ok", "cap"]
     assert results[0].seconds > 0 and 0 < results[0].peak_mb < results[1].peak_mb
     assert to_csv(results).splitlines()[0] == "attention,length,seconds,steps_per_sec,peak_mb,status"
+
+
+def test_a_failing_option_is_recorded_and_the_sweep_goes_on(monkeypatch):
+    """A kernel that fails on the device (or runs out of memory) is a status, not a crash, and
+    every measurement reaches ``on_result`` as it is made (the partial CSV of a cut-off sweep)."""
+    measure = attention_cost.measure
+
+    def failing(name, length, *args, **kwargs):
+        if name == "local" and length == 64:
+            raise RuntimeError("planted: no kernel for this dtype\nmore")
+        if name == "local" and length == 128:
+            raise torch.OutOfMemoryError("planted")
+        return measure(name, length, *args, **kwargs)
+
+    monkeypatch.setattr(attention_cost, "measure", failing)
+    seen = []
+    results = sweep(["full", "local"], [32, 64], Shape(1, 2, 8, dtype="bf16"), Caps(), CPU,
+                    repeats=1, progress=lambda line: None, on_result=seen.append)
+    assert [(m.attention, m.status) for m in results] == [
+        ("full", "ok"), ("full", "ok"), ("local", "ok"),
+        ("local", "error (planted: no kernel for this dtype)")]
+    assert seen == results and from_csv(to_csv(results)) == results
+    oom = sweep(["local"], [128], Shape(1, 2, 8), Caps(), CPU, repeats=1,
+                progress=lambda line: None)
+    assert oom[0].status == "out of memory"
 
 
 def test_the_table_has_speed_ups_and_memory_ratios_against_full(tmp_path):

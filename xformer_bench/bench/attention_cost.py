@@ -40,6 +40,7 @@ class Shape:
     head_dim: int = 64
     causal: bool = True
     scope: str = "layer"  # layer: the whole sublayer | kernel: q, k, v -> out where there is one
+    dtype: str = "fp32"  # fp32 | bf16 (autocast, as bf16-mixed training runs it)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,9 @@ def measure(name: str, length: int, shape: Shape, device: torch.device,
         run = lambda: layer(inputs[0], ctx)  # noqa: E731
 
     def step() -> None:
-        run().sum().backward()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=shape.dtype == "bf16"):
+            out = run()
+        out.float().sum().backward()
         for tensor in inputs:
             tensor.grad = None
         layer.zero_grad(set_to_none=True)
@@ -115,9 +118,16 @@ def _extrapolate(points: list[tuple[int, float]], length: int) -> float:
     return v2 * (length / n2) ** exponent
 
 
+def _first_line(error: Exception) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0][:60]
+
+
 def sweep(names: Iterable[str], lengths: list[int], shape: Shape, caps: Caps,
-          device: torch.device, repeats: int = 3, progress=print) -> list[Measurement]:
-    """Every (attention, length), shortest first, each attention stopped past the caps."""
+          device: torch.device, repeats: int = 3, progress=print,
+          on_result=None) -> list[Measurement]:
+    """Every (attention, length), shortest first, each attention stopped past the caps; an
+    option that runs out of memory or fails on the device is recorded with its status, and the
+    sweep goes on.  ``on_result`` sees each measurement as it is made (a partial CSV)."""
     results = []
     for name in names:
         timed: list[tuple[int, float]] = []
@@ -134,8 +144,16 @@ def sweep(names: Iterable[str], lengths: list[int], shape: Shape, caps: Caps,
             try:
                 m = measure(name, length, shape, device, repeats)
             except (ConfigError, ValueError) as error:  # a shape the option refuses
-                m = Measurement(name, length, status=f"n/a ({str(error).splitlines()[0][:60]})")
+                m = Measurement(name, length, status=f"n/a ({_first_line(error)})")
+            except torch.OutOfMemoryError:
+                m = Measurement(name, length, status="out of memory")
+            except RuntimeError as error:  # a kernel that fails on this device or dtype: said
+                m = Measurement(name, length, status=f"error ({_first_line(error)})")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
             results.append(m)
+            if on_result is not None:
+                on_result(m)
             if m.status != "ok":
                 stopped = m.status
                 continue
@@ -178,8 +196,9 @@ def table(results: list[Measurement], shape: Shape, device: str) -> Table:
     mode = "causal" if shape.causal else "bidirectional"
     what = ("layer (projections included)" if shape.scope == "layer" else
             "kernel (q, k, v -> out; token mixers without a kernel: their whole layer)")
+    precision = "bf16 autocast" if shape.dtype == "bf16" else "fp32"
     note = (f"Attention cost on {device}: one {mode} {what}, forward + "
-            f"backward, batch {shape.batch}, {shape.heads} heads of {shape.head_dim}; steps/s "
+            f"backward in {precision}, batch {shape.batch}, {shape.heads} heads of {shape.head_dim}; steps/s "
             f"(speed-up over {REFERENCE}) and peak memory allocated in MB (ratio to {REFERENCE}); "
             "cap: stopped where time or memory would pass the caps; n/a: the option does not "
             "run this shape.")
@@ -187,14 +206,28 @@ def table(results: list[Measurement], shape: Shape, device: str) -> Table:
                  loss_data="", note=note)
 
 
+CSV_FIELDS = ["attention", "length", "seconds", "steps_per_sec", "peak_mb", "status"]
+
+
+def csv_row(m: Measurement) -> dict:
+    return {**asdict(m), "steps_per_sec": m.steps_per_sec}
+
+
 def to_csv(results: list[Measurement]) -> str:
     out = io.StringIO()
-    fields = ["attention", "length", "seconds", "steps_per_sec", "peak_mb", "status"]
-    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for m in results:
-        writer.writerow({**asdict(m), "steps_per_sec": m.steps_per_sec})
+        writer.writerow(csv_row(m))
     return out.getvalue()
+
+
+def from_csv(text: str) -> list[Measurement]:
+    """Measurements back from :func:`to_csv`'s text (to re-render without re-measuring)."""
+    number = lambda v: float(v) if v not in ("", None) else None  # noqa: E731
+    return [Measurement(r["attention"], int(r["length"]), number(r["seconds"]),
+                        number(r["peak_mb"]), r["status"])
+            for r in csv.DictReader(io.StringIO(text))]
 
 
 def plot(results: list[Measurement], path_stem) -> list:

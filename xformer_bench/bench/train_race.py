@@ -54,9 +54,10 @@ class Result:
     mfu: float | None
 
 
-def overrides_for(size: dict, steps: int, device: str, precision: str) -> list[str]:
+def overrides_for(size: dict, steps: int, device: str, precision: str,
+                  compiled: bool = False) -> list[str]:
     """The xbench command line of one size, configured as x-transformers builds its decoder."""
-    return [
+    return [f"trainer.compile={str(compiled).lower()}",
         "model=vanilla", "position=learned", "activation=gelu", "model.tie_embeddings=false",
         f"model.d_model={size['d_model']}", f"model.n_layers={size['n_layers']}",
         f"model.n_heads={size['n_heads']}", f"model.d_ff={size['d_ff']}",
@@ -128,12 +129,13 @@ def _step_memory(model: nn.Module, size: dict) -> float:
     return training_step_memory(model, size["seq_len"], size["batch"], 256)
 
 
-def race_xbench(name: str, size: dict, steps: int, device: str, precision: str) -> Result:
+def race_xbench(name: str, size: dict, steps: int, device: str, precision: str,
+                compiled: bool = False) -> Result:
     from xformer_bench.config import choice_groups, compose_config
     from xformer_bench.run import execute
 
     with tempfile.TemporaryDirectory() as folder:
-        overrides = [*overrides_for(size, steps + 1, device, precision),
+        overrides = [*overrides_for(size, steps + 1, device, precision, compiled),
                      f"paths.results_dir={folder}"]
         config = compose_config(*overrides)
         choices = {g: config[g]["name"] for g in choice_groups() if "name" in config.get(g, {})}
@@ -145,8 +147,9 @@ def race_xbench(name: str, size: dict, steps: int, device: str, precision: str) 
 
 
 def race_module(contender: str, name: str, size: dict, steps: int, device: str,
-                precision: str, seed: int = 0) -> Result:
-    """The floor (xbench's model in the plain loop) or x-transformers' model in it."""
+                precision: str, seed: int = 0, compiled: bool = False) -> Result:
+    """The floor (xbench's model in the plain loop) or x-transformers' model in it; compiled:
+    ``Module.compile`` (inductor) after counting, as ``trainer.compile=true`` does for xbench."""
     from xformer_bench.models.flops import training_step_flops
 
     torch.manual_seed(seed)
@@ -162,6 +165,8 @@ def race_module(contender: str, name: str, size: dict, steps: int, device: str,
     memory = _step_memory(model, size) if device != "cuda" else float("nan")
     flops = training_step_flops(model, size["seq_len"], size["batch"]).total \
         if device == "cuda" else 0.0
+    if compiled:
+        model.compile()
     tokens_per_sec, cuda_peak = hand_loop(model, size, steps, warmup=2, device=device,
                                           precision=precision)
     seconds = size["batch"] * size["seq_len"] / tokens_per_sec
@@ -170,15 +175,17 @@ def race_module(contender: str, name: str, size: dict, steps: int, device: str,
 
 
 def race(name: str, steps: int, device: str, precision: str,
-         contenders: tuple[str, ...] = CONTENDERS) -> list[Result]:
-    """Every contender at one size, one after another in this process."""
+         contenders: tuple[str, ...] = CONTENDERS, compiled: bool = False) -> list[Result]:
+    """Every contender at one size, one after another in this process (compiled: each one
+    through torch.compile, its compilation in the untimed warm-up)."""
     size = SIZES[name]
     results = []
     for contender in contenders:
         if contender == "xbench":
-            results.append(race_xbench(name, size, steps, device, precision))
+            results.append(race_xbench(name, size, steps, device, precision, compiled))
         else:
-            results.append(race_module(contender, name, size, steps, device, precision))
+            results.append(race_module(contender, name, size, steps, device, precision,
+                                       compiled=compiled))
     return results
 
 

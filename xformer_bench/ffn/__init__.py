@@ -121,7 +121,9 @@ class RoutedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext | None = None) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])  # (N, D)
-        probs = self.router(tokens).float().softmax(-1)  # (N, E), float32 as in Switch
+        with torch.autocast(tokens.device.type, enabled=False):  # Switch's selective precision:
+            logits = F.linear(tokens.float(), self.router.weight.float())  # routed in float32
+        probs = logits.softmax(-1)  # (N, E)
         routed = route(probs, self.top_k, self.capacity(len(tokens)))
         if self.training and ctx is not None:  # balancing is a training objective only
             ctx.add_auxiliary_loss(

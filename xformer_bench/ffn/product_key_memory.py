@@ -65,7 +65,8 @@ class ProductKeyMemory(nn.Module):
     def lookup(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # x: (N, D)
         """Scores and memory indices of each head's ``topk`` best keys, both (N, heads, topk)."""
         q = self.query(x).view(len(x), self.heads, 2, self.key_dim // 2)  # (N, H, 2, Dk/2)
-        sub_scores = torch.einsum("nhsd,hskd->nhsk", q, self.sub_keys)  # (N, H, 2, K)
+        with torch.autocast(x.device.type, enabled=False):  # keys chosen in float32 (bf16 ties)
+            sub_scores = torch.einsum("nhsd,hskd->nhsk", q.float(), self.sub_keys.float())
         best, index = sub_scores.topk(self.topk, dim=-1)  # (N, H, 2, k) each
         pair_scores = best[:, :, 0, :, None] + best[:, :, 1, None, :]  # (N, H, k, k)
         pair_index = index[:, :, 0, :, None] * self.num_keys + index[:, :, 1, None, :]  # (N, H, k, k)

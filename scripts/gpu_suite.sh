@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU measurements of issue 25, in one command, each stage under its own time limit so a
+# slow or failing stage costs only itself:
+#     bash scripts/gpu_suite.sh OUT_DIR            # on a CUDA machine (~9 minutes)
+#     SMOKE=1 bash scripts/gpu_suite.sh /tmp/gpu   # the same stages, tiny, on a CPU
+# Stages: the training race compiled (floor, then xbench: MFU) and eager (floor, xbench,
+# x-transformers); the attention cost sweep on CUDA (bf16, causal, 1K-16K, against SDPA's
+# FlashAttention as `full`); FlexAttention against the hand-written patterns (forward and
+# backward); the CUDA tests.  Everything lands in OUT_DIR, and OUT_DIR/gpu_suite.tar.gz after
+# each stage.
+set -u
+out=${1:?usage: gpu_suite.sh OUT_DIR}
+mkdir -p "$out/r"
+log="$out/r/suite.log"
+export PYTHONUNBUFFERED=1
+if [ "${SMOKE:-0}" = 1 ]; then
+  size=default; lengths="256 512"; device=cpu; precision=32-true; steps=3; flex_len=256
+  train_dtype=fp32
+else
+  size=d1024-L12; lengths="1024 2048 4096 8192 16384"; device=cuda; precision=bf16-mixed
+  steps=20; flex_len="4096 8192 16384"; train_dtype=bf16
+fi
+
+stage() {  # stage NAME SECONDS COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s) $(date -u +%T)" | tee -a "$log"
+  local started=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  echo "=== $name: exit $? after $((SECONDS - started))s" | tee -a "$log"
+  tar -czf "$out/gpu_suite.tar.gz" -C "$out" r
+}
+
+{ nvidia-smi 2>&1 | head -15; python3 -c "import torch; print(torch.__version__,
+  torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"; } >>"$log" 2>&1
+python3 -c "from xformer_bench.config import compose_config; compose_config('model=vanilla')" \
+  >>"$log" 2>&1 || { echo "the package does not import: see $log"; tail -20 "$log"; exit 3; }
+
+race="python3 scripts/bench_train.py --sizes $size --steps $steps --device $device
+  --precision $precision"
+stage race_compiled_floor 110 $race --out "$out/r/train_compiled_floor" --contenders floor --compile
+stage race_compiled_xbench 140 $race --out "$out/r/train_compiled_xbench" --contenders xbench \
+  --compile
+stage attention_cuda 140 python3 scripts/bench_attention.py --device $device --dtype $train_dtype \
+  --lengths $lengths --repeats 3 --cap-seconds 0.5 --cap-megabytes 40000 --out "$out/r"
+if [ -f scripts/check_flex_cuda.py ]; then
+  stage flex 60 python3 scripts/check_flex_cuda.py --device $device --dtype $train_dtype \
+    --lengths $flex_len --out "$out/r/flex"
+fi
+tests=$(ls tests/test_gpu_path.py tests/test_bench_train.py tests/test_ddp.py \
+  tests/test_flex_attention.py 2>/dev/null)
+stage cuda_tests 70 python3 -m pytest -q -p no:cacheprovider -rs $tests
+stage race_eager 90 $race --out "$out/r/train_eager"
+echo "done $(date -u +%T)" | tee -a "$log"
+tar -czf "$out/gpu_suite.tar.gz" -C "$out" r
