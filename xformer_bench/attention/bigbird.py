@@ -29,6 +29,7 @@ import math
 import torch
 
 from xformer_bench.attention import EXACT_ATTENTION, AttentionKernel
+from xformer_bench.attention._flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._window import windowed_attention
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -71,6 +72,14 @@ class BigBirdAttention(AttentionKernel):
         picked = draw.topk(n_random, dim=-1, largest=False)  # (nb, r)
         return picked.indices.masked_fill(picked.values > 1.0, -1)
 
+    def flex_pattern(self, t, s, causal, layer, heads) -> WindowPattern:
+        before, after = self.window_reach(causal)
+        random = self.random_key_blocks(math.ceil(t / self.block), causal, layer)
+        return WindowPattern(before * self.block, after * self.block, block=self.block,
+                             n_global=self.global_blocks * self.block,
+                             random=tuple(map(tuple, random.tolist())))
+
+    @flex_dispatch
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention._flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._window import windowed_attention
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -39,6 +40,10 @@ class BlockLocalAttention(AttentionKernel):
                              f"{memory} >= 0")
         self.block, self.memory = block, memory
 
+    def flex_pattern(self, t, s, causal, layer, heads) -> WindowPattern:
+        return WindowPattern(self.memory, 0 if causal else self.memory, block=self.block)
+
+    @flex_dispatch
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -26,6 +26,7 @@ formula.
 from __future__ import annotations
 
 from xformer_bench.attention._factorized import AUTO, Blocks, FactorizedAttention, Part, Summary
+from xformer_bench.attention._flex import FactorizedPattern, flex_dispatch
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import ATTENTION
@@ -45,6 +46,12 @@ class FixedAttention(FactorizedAttention):
 
     def keys_per_row(self) -> int:
         return self.summary
+
+    def flex_pattern(self, t, s, causal, layer, heads) -> FactorizedPattern:
+        width = self.width(s)
+        return FactorizedPattern("fixed", width, min(self.summary, width), self.mode, layer, heads)
+
+    forward = flex_dispatch(FactorizedAttention.forward)
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         c = min(self.summary, width)  # stride auto on a short input: a row shorter than c

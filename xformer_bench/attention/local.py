@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention._flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._window import band_block, window_reach, windowed_attention
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -31,6 +32,10 @@ class LocalAttention(AttentionKernel):
         window_reach(window, causal=True)  # validates
         self.window = window
 
+    def flex_pattern(self, t, s, causal, layer, heads) -> WindowPattern:
+        return WindowPattern(*window_reach(self.window, causal))
+
+    @flex_dispatch
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention._flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._window import band_block, window_reach, windowed_attention
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -40,6 +41,11 @@ class LongformerAttention(AttentionKernel):
                              f"attention.dilation={dilation} >= 1")
         self.window, self.n_global, self.dilation = window, n_global, dilation
 
+    def flex_pattern(self, t, s, causal, layer, heads) -> WindowPattern:
+        return WindowPattern(*window_reach(self.window, causal), dilation=self.dilation,
+                             n_global=self.n_global)
+
+    @flex_dispatch
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -32,6 +32,7 @@ from xformer_bench.attention._factorized import (
     Part,
     PreviousRow,
 )
+from xformer_bench.attention._flex import FactorizedPattern, flex_dispatch
 from xformer_bench.models.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
@@ -43,6 +44,11 @@ class StridedAttention(FactorizedAttention):
 
     def __init__(self, dims: ModelDims, stride: int | str = 128, mode: str = "merged"):
         super().__init__(dims, mode, stride)
+
+    def flex_pattern(self, t, s, causal, layer, heads) -> FactorizedPattern:
+        return FactorizedPattern("strided", self.width(s), 1, self.mode, layer, heads)
+
+    forward = flex_dispatch(FactorizedAttention.forward)
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         # A1: own row up to i, and the previous row within l; the query itself is in A1
