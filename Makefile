@@ -8,7 +8,7 @@ ARGS       ?=
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.xbench-installed
 
-.PHONY: help install run test test-full study table clean
+.PHONY: help install run test test-full study table time-rows clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ study: install  ## a whole study: make study EXPERIMENT=narang_activations (fini
 
 table: install  ## results/ -> LaTeX/Markdown/CSV tables + plots in results/tables/
 	$(BIN)/python -m xformer_bench.results --results-dir results --out results/tables
+
+time-rows: install  ## time each row of a study alone (the table's Step/s): make time-rows EXPERIMENT=...
+	$(BIN)/python -m xformer_bench.bench.row_timing --results-dir results --experiment $(EXPERIMENT) $(ARGS)
 
 clean:  ## remove run outputs and caches (keeps .venv, data/ and results/)
 	rm -rf outputs multirun lightning_logs .pytest_cache build *.egg-info

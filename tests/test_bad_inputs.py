@@ -75,7 +75,7 @@ CATALOGUE: dict[str, BadInput] = {
     "override without =": BadInput(("model.d_model",), "write KEY=VALUE"),
     "unclosed list": BadInput(("model.d_model=[1,",), "write KEY=VALUE (a list as KEY=[a,b]"),
     "unknown experiment": BadInput(("experiment=narang_foo",),
-                                   "choose one of: attention_zoo, attention_zoo_long, lra"),
+                                   "choose one of: ablate, attention_zoo, attention_zoo_long"),
     "several values without -m": BadInput(("seed=0,1",), "add -m (--multirun)"),
     "unknown option in a sweep": BadInput(("-m", "attention=full,flashy"),
                                           "attention=flashy is not an option"),

@@ -198,7 +198,27 @@ def main() -> None:
     if error is not None:
         _print_traceback_if_debugging(error)
         _fail(2, str(error), [], multirun=False)
-    _main()
+    _run_sweeps()
+
+
+def _run_sweeps() -> None:
+    """The command line's sweep, or a study's sweeps with its ablation ladders, one after
+    another (:mod:`xformer_bench.ladder_sweeps`)."""
+    from xformer_bench.errors import XbenchError
+    from xformer_bench.ladder_sweeps import sweeps
+
+    program = sys.argv[0]
+    try:
+        planned = sweeps(sys.argv[1:])
+    except XbenchError as error:
+        _print_traceback_if_debugging()
+        _fail(2, str(error), [], multirun=False)
+        return
+    for title, argv in planned:
+        if title:
+            print(f"[xbench] {title}: xbench {' '.join(argv)}", flush=True)
+        sys.argv = [program, *argv]
+        _main()
 
 
 if __name__ == "__main__":

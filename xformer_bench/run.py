@@ -14,6 +14,7 @@ from xformer_bench.results import record as records
 from xformer_bench.training.peak_memory import RunPeakMemory
 from xformer_bench.training.preemption import RunInterrupted
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
+from xformer_bench.training.timing_conditions import MachineShare
 
 
 def _build_datamodule(config: dict[str, Any]):
@@ -58,6 +59,15 @@ def _stream_if_remembered(config: dict[str, Any], datamodule, model) -> None:
                           f"which needs streamed data; data={config['data']['name']} cannot "
                           "stream: choose another stack or data")
     datamodule.use_streams(memory=stack.eval_mem_len)
+
+
+def build_task(config: dict[str, Any]):
+    """The datamodule and the task (with its model) that ``config`` trains, the data streamed
+    when the stack carries memory: what a run trains and the calibrated timing pass times."""
+    datamodule = _build_datamodule(config)
+    task = _build_task(config, datamodule)
+    _stream_if_remembered(config, datamodule, task.model)
+    return datamodule, task
 
 
 def _resumable(config: dict[str, Any], run_id: str) -> tuple[str | None, Any, list]:
@@ -136,9 +146,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     job_started = time.time()
     resume, checkpoints, resumable = _resumable(config, record["run_id"])  # before anything runs
     L.seed_everything(config["seed"], workers=True, verbose=False)
-    datamodule = _build_datamodule(config)
-    task = _build_task(config, datamodule)
-    _stream_if_remembered(config, datamodule, task.model)
+    datamodule, task = build_task(config)
     coverage = _attention_coverage(config, task.model, datamodule.task, study)  # may refuse
     record.update(records.task_fields(datamodule.task, task.metrics, task.unit))
     if hasattr(datamodule, "eval_protocol"):
@@ -207,6 +215,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     started = time.perf_counter()
     memory = RunPeakMemory()
     memory.start()
+    machine = MachineShare(Path(config["paths"]["results_dir"])).start()  # alone or shared?
     try:
         with shared_with_spawned_ranks(config, choices, overrides, run_dir):
             _train(config, record, run_dir, study=choices.get("experiment"))
@@ -229,6 +238,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         if record["params"] is not None:  # the model was built: training started
             record["wall_time_sec"] = time.perf_counter() - started
             record["peak_memory_mb"], record["peak_memory_kind"] = memory.read()
+            record["timing_conditions"] = machine.conditions()
             record["finished_at"] = records.now()
             _write(record, config)
     return record

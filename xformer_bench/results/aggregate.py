@@ -144,7 +144,19 @@ def build_table(experiment: str, variants: list[Variant],
                  loss_data=labels[0] if labels else loss_data,
                  baseline=None if reference is None else variants[reference].label,
                  noise_floor=() if reference is None else noise_floors(columns, rows, reference),
-                 comparisons=0 if reference is None else len(rows) - 1)
+                 comparisons=0 if reference is None else len(rows) - 1,
+                 notes=column_notes(variants, metrics, loss_data, rows))
+
+
+def column_notes(variants: list[Variant], metrics: list[Metric], loss_data: str,
+                 rows: list[Row]) -> tuple[str, ...]:
+    """The sentences the shown columns add to the caption (``ColumnSpec.caption``: where
+    Step/s comes from, what its marks mean), from their cells and the runs on ``loss_data``."""
+    records = [r for v in variants for r in v.on(loss_data)]
+    shown = _specs([r for v in variants for r in v.records], metrics, lambda data: [])
+    notes = (spec.caption(records, [row.cells[j] for row in rows])
+             for j, spec in enumerate(shown))
+    return tuple(note for note in notes if note)
 
 
 def _with_differences(rows: list[Row], variants: list[Variant], reference: int, loss_data: str,

@@ -13,6 +13,9 @@ from typing import Any
 
 from xformer_bench.results.record import SCHEMA_VERSION, check_shapes, upgrade, validate
 
+TIMING_FILE = "timing.json"
+"""A study's calibrated timing pass (:mod:`~xformer_bench.results.speed`), beside its records."""
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -34,12 +37,13 @@ class Collection:
 
 
 def record_paths(results_dir: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
-    """Every ``*.json`` under ``results_dir`` not inside an excluded folder, in path order."""
+    """Every ``*.json`` under ``results_dir`` not inside an excluded folder, in path order,
+    less the calibrated timings beside the records (:data:`TIMING_FILE`: not a run)."""
     excluded = [p.resolve() for p in exclude]
     paths = []
     for path in sorted(Path(results_dir).rglob("*.json")):
         resolved = path.resolve()
-        if any(resolved.is_relative_to(folder) for folder in excluded):
+        if path.name == TIMING_FILE or any(resolved.is_relative_to(f) for f in excluded):
             continue
         paths.append(path)
     return paths

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import numpy as np
 from xformer_bench.results import confounds
 from xformer_bench.results.metrics import Metric
 from xformer_bench.results.record import PER_RUN_MEMORY, STATUSES
+from xformer_bench.results.speed import CALIBRATED, TIMING_FILE
 from xformer_bench.results.table import Cell, Column
 
 LOSS_KEY = "val/loss"
@@ -107,11 +108,57 @@ def _protocol(runs: list[dict[str, Any]]) -> Cell:
     return Cell(text=text) if text else Cell()
 
 
+MAX_SPEED_SPREAD = 0.30
+"""A speed whose ± exceeds this share of its value is not a result (flagged)."""
+PERTURBED, WIDE_SPREAD = "*", "§"
+
+
+def _speed(runs: Runs) -> Cell:
+    """Step/s: the row's calibrated timing (median ± IQR over the timing pass's repeats,
+    :mod:`~xformer_bench.results.speed`) where measured, else the runs' (mean ± std); marked
+    :data:`PERTURBED` when measured while other work shared the machine (the pass's or a
+    finished run's ``timing_conditions``), :data:`WIDE_SPREAD` when its ± exceeds
+    :data:`MAX_SPEED_SPREAD` of its value."""
+    timed = next((r[CALIBRATED] for r in runs if r.get(CALIBRATED)), None)
+    if timed:
+        cell = Cell(mean=timed["steps_per_sec"], std=timed["iqr"], n=len(timed["rates"]))
+        conditions = [timed.get("conditions") or {}]
+    else:
+        cell = measured(runs, lambda r: r.get("steps_per_sec"))
+        conditions = [r.get("timing_conditions") or {} for r in runs if r["status"] == "finished"]
+    if cell.mean is not None and any(c.get("alone") is False for c in conditions):
+        cell = replace(cell, footnote=PERTURBED)
+    if cell.mean and cell.std is not None and cell.std > MAX_SPEED_SPREAD * cell.mean:
+        cell = replace(cell, footnote=cell.footnote + WIDE_SPREAD)
+    return cell
+
+
+def _speed_caption(records: Runs, cells: list[Cell]) -> str:
+    """Where Step/s comes from, when not (all) from the runs, and its marks."""
+    timed = [r[CALIBRATED] for r in records if r.get(CALIBRATED)]
+    sentences = []
+    if timed:
+        settings = sorted({f"{t['repeats']} repeats of {t['steps']} training steps"
+                           for t in timed})
+        untimed = any(not r.get(CALIBRATED) for r in records if r["status"] == "finished")
+        sentences.append(f"Step/s: median ± IQR over {' or '.join(settings)} per row, the rows "
+                         f"timed round-robin in one calibrated pass ({TIMING_FILE})"
+                         + ("; rows without one: mean ± std over their runs." if untimed else "."))
+    if any(PERTURBED in c.footnote for c in cells):
+        sentences.append(f"{PERTURBED} perturbed: measured while other work shared the machine "
+                         "(timing_conditions): not a result.")
+    if any(WIDE_SPREAD in c.footnote for c in cells):
+        sentences.append(f"{WIDE_SPREAD} speed spread (±) above {MAX_SPEED_SPREAD:.0%} of the "
+                         "value: not a result.")
+    return " ".join(sentences)
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
     column: Column
     cell: Callable[[Runs], Cell]                       # the row's runs -> its cell
     shown: Callable[[Runs], bool] = lambda records: True  # all the table's records -> shown?
+    caption: Callable[[Runs, list[Cell]], str] = lambda records, cells: ""  # -> a sentence
 
 
 def _routed(records: Runs) -> bool:
@@ -134,8 +181,7 @@ BEFORE_METRICS = (
     ColumnSpec(Column("ops", "Ops", kind="si"), lambda runs: configured(runs, "flops_per_step")),
     ColumnSpec(Column("attended", "Attended %", digits=1), _attended,
                lambda records: any(_attended_percent(r) is not None for r in records)),
-    ColumnSpec(Column("steps_per_sec", "Step/s", digits=2),
-               lambda runs: measured(runs, lambda r: r.get("steps_per_sec"))),
+    ColumnSpec(Column("steps_per_sec", "Step/s", digits=2), _speed, caption=_speed_caption),
     ColumnSpec(Column("step_memory", "Step MiB", digits=1),
                lambda runs: configured(runs, "step_memory_mb"),
                lambda records: any(_finite(r.get("step_memory_mb")) is not None

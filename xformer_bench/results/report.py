@@ -9,6 +9,9 @@ from pathlib import Path
 from xformer_bench.results import confounds, csv_table, latex, markdown
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
+from xformer_bench.results.ladder_render import write_ladder_tables
+from xformer_bench.results.ladder_table import study_rows
+from xformer_bench.results.speed import load_timing, with_calibration
 from xformer_bench.results.variants import group_variants, repeated_seeds
 
 RENDERERS = {"md": markdown.render, "tex": latex.render, "csv": csv_table.render}
@@ -28,7 +31,7 @@ def _declared(experiment: str, key: str):
     if not path.is_file():
         return None
     declared = OmegaConf.load(path).get(key)
-    return OmegaConf.to_container(declared) if declared is not None else None
+    return OmegaConf.to_container(declared) if OmegaConf.is_config(declared) else declared
 
 
 def study_baseline(experiment: str) -> dict | None:
@@ -69,7 +72,9 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
     written: list[Path] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     for experiment in sorted(experiments or found.experiments()):
-        variants = group_variants(found.of(experiment))
+        rows = study_rows(found.of(experiment))  # a ladder's inner rungs: its ladder table
+        variants = group_variants(with_calibration(rows,  # Step/s: timing.json
+                                                   load_timing(results_dir, experiment)))
         for warning in repeated_seeds(variants):
             log(f"warning: {experiment}: {warning}")
         table = build_table(experiment, variants, study_baseline(experiment),
@@ -83,6 +88,9 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
             path = base.with_name(f"{base.name}.{suffix}")
             path.write_text(render(table), encoding="utf-8", newline="\n")
             written.append(path)
+        written += write_ladder_tables(experiment, found.of(experiment), base,  # its ladders
+                                       _declared(experiment, "ladders"),
+                                       study_baseline(experiment), log)
         if plots:
             from xformer_bench.results.plots import write_plots
 

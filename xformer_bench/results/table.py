@@ -33,6 +33,7 @@ class Cell:
     marked: bool = False                  # differs from the baseline row (Welch, p < 0.05)
     untestable: bool = False              # seeds on both sides, none varies: no t-test
     p_value: float | None = None          # Welch's, against the baseline row, uncorrected
+    footnote: str = ""                    # marks explained in the caption ("*": perturbed)
 
     @property
     def missing(self) -> bool:
@@ -60,6 +61,7 @@ class Table:
     baseline: str | None = None           # label of the row the others are tested against
     noise_floor: tuple[tuple[str, float], ...] = ()  # (metric title, the baseline's seed std)
     comparisons: int = 0                  # rows tested against the baseline, per metric
+    notes: tuple[str, ...] = ()           # sentences the columns add to the caption
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ def cell_text(cell: Cell, column: Column, style: Style) -> str:
         if cell.std is not None:
             body += style.plus_minus + number(cell.std, column)
     body = style.bold(body) if cell.bold else body
+    body += style.escape(cell.footnote)
     return body + style.dagger if cell.marked else body
 
 
@@ -114,4 +117,5 @@ def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") ->
     return (f"{table.experiment}: mean{plus_minus}std (sample) over finished seeds; "
             f"Seeds: finished/total runs on {table.loss_data}; early/final loss: validation "
             f"loss on {table.loss_data} at 1/8 and at the end of training; "
-            f"best per metric in bold; {missing}: not measured.{tested}")
+            f"best per metric in bold; {missing}: not measured.{tested}"
+            + "".join(f" {sentence}" for sentence in table.notes))
