@@ -173,3 +173,19 @@ def test_the_latex_note_compiles(tmp_path, monkeypatch):
     (tmp_path / "systems.tex").write_text(tex, encoding="utf-8")
     done = compile_latex(tmp_path, ["systems.tex"])
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize(("params", "noted"), [(925_000, True), (890_000, False)])
+def test_a_parameter_budget_names_a_row_over_it(params, noted):
+    """LRA's rule as a study's ``param_budget: 0.10``: a row more than 10 % larger than the
+    baseline is named with its ratio; one within the budget is not (no match_params here)."""
+    from xformer_bench.results.confounds import differences
+
+    base, row = record("vanilla"), record("deep_narrow")
+    for rec in (base, row):
+        rec["config"].pop("match_params")
+        rec["config"]["param_budget"] = 0.10
+    row["params"] = params
+    found = [d.text for d in differences(row, base, named=["model"]) if d.name == "params"]
+    assert found == (["925K parameters (+12% against 826K, over the study's +10% budget)"]
+                     if noted else [])

@@ -112,17 +112,32 @@ def differences(record: dict[str, Any], base: dict[str, Any], named: Iterable[st
                 or _value(config.get(key)) == _value(base_config.get(key))):
             continue
         found.append(Difference(key, f"{key}={_value(config.get(key))}"))
-    tolerance = matched.get("tolerance") if isinstance(matched, Mapping) else None
-    params, base_params = record.get("params"), base.get("params")
-    if tolerance is not None and params and base_params \
-            and abs(params / base_params - 1) > tolerance:
-        found.append(Difference("params", f"{_si(params)} parameters ({params / base_params - 1:+.0%}"
-                                f" against {_si(base_params)}, beyond the {tolerance:.0%} match)"))
+    found += _parameter_gap(record, base, matched)
     if protocols[0] != protocols[1] and any(protocols):
         unit = str(record.get("eval_unit") or "bytes")
         found.append(Difference("eval_protocol", "evaluated as "
                                 + (protocol_text(protocols[0], unit) or "the house default")))
     return [Difference(d.name, d.text, _allowed(d.name, allowed)) for d in found]
+
+
+def _parameter_gap(record: dict[str, Any], base: dict[str, Any], matched: Any) -> list[Difference]:
+    """The row's parameter count where it misses the study's match (``match_params``' tolerance,
+    either way) or exceeds its budget (``param_budget``: at most that fraction larger than the
+    baseline -- LRA's rule, Tay et al. 2021, is 0.10)."""
+    params, base_params = record.get("params"), base.get("params")
+    if not params or not base_params:
+        return []
+    gap = params / base_params - 1
+    tolerance = matched.get("tolerance") if isinstance(matched, Mapping) else None
+    budget = record["config"].get("param_budget")
+    if tolerance is not None and abs(gap) > tolerance:
+        limit = f"beyond the {tolerance:.0%} match"
+    elif budget is not None and gap > budget:
+        limit = f"over the study's +{budget:.0%} budget"
+    else:
+        return []
+    return [Difference("params", f"{_si(params)} parameters ({gap:+.0%} against "
+                                 f"{_si(base_params)}, {limit})")]
 
 
 def _allowed(name: str, allowed: tuple[str, ...]) -> bool:
