@@ -181,3 +181,47 @@ than BF16_DEFAULT_TOLERANCE."""
 
 def bf16_tolerance(key: str) -> tuple[float, float]:
     return BF16_TOLERANCE.get(key, BF16_DEFAULT_TOLERANCE)[:2]
+
+DECLARED_HOST_SYNCS: dict[str, dict[str, str]] = {
+    "attention=adaptive_span": {
+        "xformer_bench/attention/adaptive_span.py:reach":
+            "the band's width is the learned reach ceil(max z) + R (Sukhbaatar et al. 2019's "
+            "saving: compute follows the spans), a shape read from the device once per layer "
+            "and step; a fixed width of max_span would drop the saving, a width refreshed every "
+            "N steps would need a margin the spans can outgrow",
+    },
+    "attention=clustered": {
+        "xformer_bench/attention/_clustering.py:chunk_by_cluster":
+            "the chunk count G is the largest sum over clusters of ceil(size / w) of the "
+            "step's k-means clusters, a shape read once per layer and step; the static bound "
+            "N / w + C would pad up to ~1.3x the chunks with empty ones",
+    },
+    "attention=routing": {
+        "xformer_bench/attention/_clustering.py:chunk_by_cluster":
+            "routing heads: the chunk count G follows the sizes of the step's online k-means "
+            "clusters (one read per layer and step; the local heads' count comes from the "
+            "shapes); the static bound T / w + S / window + C would pad with empty chunks",
+    },
+    "training": {
+        "xformer_bench/tasks/optimization.py:check_finite":
+            "the divergence check reads the loss every step on a CPU only (nothing to wait "
+            "for); on a GPU Task.check_finite runs it every trainer.log_every_n_steps steps",
+    },
+    "training:log_step": {
+        "lightning/fabric/utilities/apply_func.py:to_item":
+            "a logger writes numbers: Lightning converts the logged values on the steps it "
+            "writes, every trainer.log_every_n_steps steps (10 by default), not every step",
+    },
+    "training:progress_bar": {
+        "lightning/fabric/utilities/apply_func.py:to_item":
+            "a shown progress bar prints the step's loss, converted by Lightning at every "
+            "batch end; studies and benchmarks run with trainer.progress_bar=false, where the "
+            "metrics are not logged for the bar (xformer_bench.training.log_steps)",
+    },
+}
+"""case -> {``"path:function"`` of the call that makes the host wait for the device: why it must
+stay}, for tests/test_host_sync.py.  A case is ``attention=<option>`` (its causal model and
+bidirectional layer), ``model=vanilla`` (the default model), or the training path:
+``training`` (every step), ``training:log_step`` (only the steps a logger writes),
+``training:progress_bar`` (every step while a progress bar is shown).  ``path:function`` is the
+innermost ``xformer_bench`` frame, or the library's where no package frame made the call."""

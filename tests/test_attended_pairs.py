@@ -161,3 +161,18 @@ def test_the_table_shows_the_attended_share_when_records_carry_it(tmp_path):
     j = [c.key for c in table.columns].index("attended")
     shares = sorted(row.cells[j].mean for row in table.rows)
     assert shares[-1] == 100.0 and shares[0] < 30.0
+
+
+def test_the_caption_names_the_controls_that_are_full_attention_at_the_study_length():
+    from xformer_bench.results.columns import _controls_caption
+
+    def run(name, fraction):
+        return {"config": {"attention": {"name": name},
+                           "controls": {"attention": ["local", "bigbird"]}},
+                "attention_coverage": {"attended_fraction": fraction}}
+
+    records = [run("full", 1.0), run("local", 1.0), run("bigbird", 0.75), run("lsh", 0.99)]
+    assert _controls_caption(records, []) == (
+        "Attended %: local attend at least 95 % of the pairs at this length -- full attention "
+        "here, declared controls of the study: their rows compare quality, not efficiency.")
+    assert _controls_caption(records[2:], []) == ""  # sparse here, or not declared: nothing

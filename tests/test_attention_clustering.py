@@ -348,3 +348,16 @@ def test_clustered_hyperplanes_are_fixed_in_eval_and_redrawn_in_training():
 def test_clustered_is_refused_in_the_decoder_lm():
     with pytest.raises(ConfigError, match="needs causal .* attention=clustered does not provide"):
         build_model(compose_config("attention=clustered", "data.seq_len=16"), vocab_size=256)
+
+
+def test_one_clusters_chunk_count_from_the_shapes_is_the_one_counted_on_the_device():
+    """Routing's local heads (one cluster) lay out their chunks without reading the count back
+    from the device (tests/test_host_sync.py): the count from the shapes is the counted one."""
+    from xformer_bench.attention._clustering import chunk_by_cluster, one_cluster_chunks
+
+    for s in (1, 5, 16, 17, 33):
+        for t in sorted({1, min(2, s), s // 2 or 1, s - 1 or 1, s}):
+            for chunk in (1, 3, 4, 16, 64):
+                block = ((s - t + torch.arange(t)) // chunk).expand(1, 1, t)
+                layout, _ = chunk_by_cluster(block, -(-s // chunk), chunk)
+                assert one_cluster_chunks(t, s, chunk) == layout.shape[-2], (t, s, chunk)

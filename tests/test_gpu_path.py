@@ -87,5 +87,21 @@ def test_per_step_seeding_skips_the_lazy_cuda_seeding_of_a_cpu_run(tmp_path, mon
     calls, lazy = [], torch.cuda._lazy_call
     monkeypatch.setattr(torch.cuda.random, "_lazy_call",
                         lambda *a, **k: (calls.append(1), lazy(*a, **k))[1])
-    run_tiny(tmp_path)  # 16 steps
+    run_tiny(tmp_path, "trainer.accelerator=cpu")  # 16 steps (on a GPU, CUDA is seeded a step)
     assert len(calls) <= 2  # seed_everything's, not one a step
+
+
+def test_a_fused_optimizer_in_bf16_still_clips_gradients(tmp_path, monkeypatch):
+    """Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales
+    internally -- fused AdamW, xbench's on a GPU -- even in bf16, which has no scaler (found on
+    an H200: every GPU run failed at its first step); the task clips by global norm itself."""
+    adamw, clipped = torch.optim.AdamW, []
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *a, **k: adamw(*a, **{**k, "fused": True}))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                        lambda params, value, *a, **k: (clipped.append(value),
+                                                        clip(params, value, *a, **k))[1])
+    record = run_tiny(tmp_path, "trainer.precision=bf16-mixed", "trainer.accelerator=cpu",
+                      "trainer.gradient_clip_val=0.5")
+    assert record["status"] == "finished"
+    assert clipped and set(clipped) == {0.5}  # every step, at the configured norm

@@ -52,8 +52,8 @@ def _counts(cluster: torch.Tensor, n_clusters: int) -> torch.Tensor:  # (B, H, N
                        device=cluster.device).scatter_add_(2, cluster, torch.ones_like(cluster))
 
 
-def chunk_by_cluster(cluster: torch.Tensor, n_clusters: int,
-                     chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_by_cluster(cluster: torch.Tensor, n_clusters: int, chunk: int,
+                     known_chunks: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Lay the positions of each row out by cluster, in order of position within a cluster,
     in chunks of w = min(chunk, N) that hold one cluster each (its last one padded).
 
@@ -61,6 +61,9 @@ def chunk_by_cluster(cluster: torch.Tensor, n_clusters: int,
     and ``slot`` (B, H, N), each position's slot in the flattened layout; G <= (N + C (w - 1)) / w.
     A position's chunk and slot depend only on the positions of its cluster before it.  Any
     grouping serves as ``cluster`` (:func:`sorted_cluster_attention` passes cluster and block).
+    G, the most chunks any row needs, depends on the clusters' sizes: it is read from the
+    device (on a GPU the host waits) unless the caller knows it from the shapes alone
+    (``known_chunks``: a grouping fixed by position, as one cluster's blocks).
     """
     b, h, n = cluster.shape
     w = min(chunk, n)
@@ -72,10 +75,20 @@ def chunk_by_cluster(cluster: torch.Tensor, n_clusters: int,
     n_chunks = (count + w - 1) // w  # (B, H, C)
     chunk_id = (n_chunks.cumsum(-1) - n_chunks).gather(-1, cluster_sorted) + rank // w
     slot_sorted = chunk_id * w + rank % w  # (B, H, N)
-    g = int(n_chunks.sum(-1).max())
+    g = int(n_chunks.sum(-1).max()) if known_chunks is None else known_chunks
     layout = torch.full((b, h, g * w), -1, dtype=torch.long, device=cluster.device)
     layout = layout.scatter(-1, slot_sorted, order).view(b, h, g, w)
     return layout, torch.empty_like(order).scatter_(-1, order, slot_sorted)
+
+
+def one_cluster_chunks(t: int, s: int, chunk: int) -> int:
+    """G of :func:`chunk_by_cluster` for the T queries of :func:`sorted_cluster_attention` with
+    a single cluster (routing's local heads), from the shapes alone: query i (position
+    s - t + i) falls in block (s - t + i) // chunk, and each block's queries fill
+    ceil(count / w) chunks of w = min(chunk, T)."""
+    w = min(chunk, t)
+    return sum(-(-(min(s, (b + 1) * chunk) - max(s - t, b * chunk)) // w)
+               for b in range((s - t) // chunk, (s - 1) // chunk + 1))
 
 
 def unchunk(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
@@ -123,7 +136,8 @@ def sorted_cluster_attention(
              - first_key.gather(-1, query_cluster)) // chunk  # (B, H, T)
     n_blocks = -(-s // chunk)
     layout, slot = chunk_by_cluster(query_cluster * n_blocks + block, n_clusters * n_blocks,
-                                    chunk)  # (B, H, G, w), (B, H, T)
+                                    chunk, one_cluster_chunks(t, s, chunk) if n_clusters == 1
+                                    else None)  # (B, H, G, w), (B, H, T)
     g, w = layout.shape[-2:]
     member = layout[..., 0].clamp(min=0)  # (B, H, G): a query of each chunk
     chunk_cluster = query_cluster.gather(-1, member)  # (B, H, G)

@@ -71,6 +71,7 @@ class AdaptiveSpanKernel(AttentionKernel):
         self.max_span, self.ramp = max_span, ramp
         self.span_fraction = nn.Parameter(torch.full((dims.n_heads,), init_span / max_span))  # (H,)
         self.dense = FullAttention(dims)  # once the reach covers every key
+        self._projected_version: int | None = None  # span_fraction's version when last clamped
 
     def spans(self) -> torch.Tensor:  # (H,) z in positions
         return self.max_span * self.span_fraction.clamp(0, 1)
@@ -80,13 +81,20 @@ class AdaptiveSpanKernel(AttentionKernel):
 
     @torch.no_grad()
     def project(self) -> None:
-        """Clamp the learned fractions back into [0, 1] (the authors' ``clamp_param``)."""
+        """Clamp the learned fractions back into [0, 1] (the authors' ``clamp_param``), once
+        after each change of them (an optimiser step; the parameter's version counter says so,
+        read on the host): never again in the same step, where the fractions may already be in
+        a graph (a block applied twice, checkpointing's replay), and without reading them to
+        decide (no host synchronisation on a GPU).  Clamping values in range changes nothing."""
         fraction = self.span_fraction
-        if bool((fraction < 0).any() | (fraction > 1).any()):
+        if fraction._version != self._projected_version:
             fraction.clamp_(0, 1)
+            self._projected_version = fraction._version
 
     def reach(self) -> int:
-        """Keys per query, itself included, that any head can weigh: ceil(max z) + R, <= S."""
+        """Keys per query, itself included, that any head can weigh: ceil(max z) + R, <= S.
+        The band's shape follows the learned spans -- the method's saving -- so this reads the
+        spans from the device: on a GPU the host waits for it, once per layer and step."""
         return min(self.max_span, math.ceil(self.current_spans().max().item()) + self.ramp)
 
     def log_mask(self, distance: torch.Tensor) -> torch.Tensor:  # (*S) long -> (H, *S)

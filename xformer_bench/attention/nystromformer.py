@@ -54,7 +54,10 @@ def segment_means(x: torch.Tensor, m: int) -> torch.Tensor:  # (B, H, N, D) -> (
         return x.unflatten(-2, (m, n // m)).mean(-2)
     segment = torch.arange(n, device=x.device) * m // n  # (N,): sizes floor or ceil of N / m
     sums = x.new_zeros(*x.shape[:-2], m, x.shape[-1]).index_add(-2, segment, x)  # (B, H, m, D)
-    return sums / torch.bincount(segment, minlength=m).to(x.dtype)[:, None]
+    # segment k holds rows [ceil(k N / m), ceil((k + 1) N / m)): its size from the shapes alone
+    # (a bincount's length is its largest value, read back from the device)
+    starts = (torch.arange(m + 1, device=x.device) * n + m - 1) // m  # (m + 1,)
+    return sums / (starts[1:] - starts[:-1]).to(x.dtype)[:, None]
 
 
 def iterative_pinv(a: torch.Tensor, iterations: int) -> torch.Tensor:  # (..., m, m), a >= 0

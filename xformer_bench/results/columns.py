@@ -174,13 +174,33 @@ def _attended(runs: Runs) -> Cell:
     return configured([{**r, "attended": _attended_percent(r)} for r in runs], "attended")
 
 
+DENSE_PERCENT = 95.0
+"""At or above this share of the pairs a sparse option is full attention (as a study's refusal
+of such a row, :data:`xformer_bench.models.attended_pairs.DENSE`)."""
+
+
+def _controls_caption(records: Runs, cells: list[Cell]) -> str:
+    """The study's declared controls (``controls: {attention: [...]}``) that are full attention
+    at its length: named, so their rows are read for quality, not for efficiency."""
+    dense = sorted({r["config"]["attention"]["name"] for r in records
+                    if (_attended_percent(r) or 0.0) >= DENSE_PERCENT
+                    and r["config"].get("attention", {}).get("name")
+                    in ((r["config"].get("controls") or {}).get("attention") or ())})
+    if not dense:
+        return ""
+    return (f"Attended %: {', '.join(dense)} attend at least {DENSE_PERCENT:.0f} % of the pairs "
+            "at this length -- full attention here, declared controls of the study: their rows "
+            "compare quality, not efficiency.")
+
+
 BEFORE_METRICS = (
     ColumnSpec(Column("params", "Params", kind="si"), lambda runs: configured(runs, "params")),
     ColumnSpec(Column("active_params", "Active params", kind="si"),
                lambda runs: configured(runs, "active_params"), _routed),
     ColumnSpec(Column("ops", "Ops", kind="si"), lambda runs: configured(runs, "flops_per_step")),
     ColumnSpec(Column("attended", "Attended %", digits=1), _attended,
-               lambda records: any(_attended_percent(r) is not None for r in records)),
+               lambda records: any(_attended_percent(r) is not None for r in records),
+               _controls_caption),
     ColumnSpec(Column("steps_per_sec", "Step/s", digits=2), _speed, caption=_speed_caption),
     ColumnSpec(Column("step_memory", "Step MiB", digits=1),
                lambda runs: configured(runs, "step_memory_mb"),

@@ -13,7 +13,7 @@ from torchmetrics import SumMetric
 from xformer_bench.models.step_updates import apply_pending_updates
 from xformer_bench.tasks.optimization import (adamw_with_schedule, check_finite,
                                                check_optimization)
-from xformer_bench.training.log_steps import logs_this_step
+from xformer_bench.training.log_steps import logs_this_step, shows_progress
 
 
 class Task(L.LightningModule):
@@ -74,14 +74,32 @@ class Task(L.LightningModule):
 
     def log_training(self, **metrics: torch.Tensor | None) -> None:
         """Log per-step training metrics (``train/<name>``; None ones skipped) on the steps they
-        are shown or written (:func:`~xformer_bench.training.log_steps.logs_this_step`)."""
+        are shown or written (:func:`~xformer_bench.training.log_steps.logs_this_step`); for the
+        progress bar only while one is shown (a metric meant for the bar is read back to the
+        host every step: :func:`~xformer_bench.training.log_steps.shows_progress`)."""
         if logs_this_step(self._trainer):
+            bar = shows_progress(self._trainer)
             for name, value in metrics.items():
                 if value is not None:
-                    self.log(f"train/{name}", value, prog_bar=name != "aux_loss")
+                    self.log(f"train/{name}", value, prog_bar=bar and name != "aux_loss")
 
     def configure_optimizers(self):
         return adamw_with_schedule(self, self.optim, self.max_steps)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None) -> None:
+        """``trainer.gradient_clip_val``: the global gradient norm clipped as Lightning's default
+        does (the optimizer's parameters, in its order), but directly where no gradient scaler
+        is in play (fp32, bf16): Lightning's mixed-precision plugin refuses any clipping for an
+        optimizer that unscales internally -- fused AdamW, xbench's on a GPU -- even in bf16,
+        which has no scaler.  fp16 (scaled gradients) keeps Lightning's path and its error."""
+        if not gradient_clip_val:
+            return
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val,
+                                                       gradient_clip_algorithm)
+        torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups
+                                        for p in group["params"]], gradient_clip_val)
 
     def optimizer_step(self, *args, **kwargs) -> None:
         super().optimizer_step(*args, **kwargs)

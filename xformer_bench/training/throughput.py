@@ -16,7 +16,7 @@ from pathlib import Path
 
 import lightning as L
 
-from xformer_bench.training.log_steps import logs_this_step
+from xformer_bench.training.log_steps import logs_this_step, shows_progress
 
 
 class Throughput(L.Callback):
@@ -71,7 +71,7 @@ class Throughput(L.Callback):
         self.timed_steps += 1
         if logs_this_step(trainer):
             rate = len(self.recent) / sum(self.recent)
-            pl_module.log("train/steps_per_sec", rate, prog_bar=True)
+            pl_module.log("train/steps_per_sec", rate, prog_bar=shows_progress(trainer))
             pl_module.log("train/tokens_per_sec", rate * self.tokens_per_step * self.world_size)
 
     def on_validation_start(self, trainer, pl_module) -> None:
