@@ -34,8 +34,12 @@ test-full: install  ## every test, slow ones included
 study: install  ## a whole study: make study EXPERIMENT=narang_activations (finished runs are skipped)
 	$(BIN)/xbench -m experiment=$(EXPERIMENT) $(ARGS)
 
-table: install  ## results/ -> LaTeX/Markdown/CSV tables + plots in results/tables/
-	$(BIN)/python -m xformer_bench.results --results-dir results --out results/tables
+table: install  ## results/ -> tables + plots in results/tables/; each shipped reference's records -> its tables
+	$(BIN)/python -m xformer_bench.results --results-dir results --out results/tables || true
+	@for records in results/reference/*/records; do [ -d "$$records" ] || continue; \
+	  echo "$$records -> $${records%/records}"; \
+	  $(BIN)/python -m xformer_bench.results --results-dir $$records --out $${records%/records} \
+	    || exit 1; done
 
 time-rows: install  ## time each row of a study alone (the table's Step/s): make time-rows EXPERIMENT=...
 	$(BIN)/python -m xformer_bench.bench.row_timing --results-dir results --experiment $(EXPERIMENT) $(ARGS)

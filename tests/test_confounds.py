@@ -189,3 +189,18 @@ def test_a_parameter_budget_names_a_row_over_it(params, noted):
     found = [d.text for d in differences(row, base, named=["model"]) if d.name == "params"]
     assert found == (["925K parameters (+12% against 826K, over the study's +10% budget)"]
                      if noted else [])
+
+
+def test_the_shipped_references_are_not_runs_of_the_results_folder(tmp_path, monkeypatch):
+    """results/reference/<name>/records/ holds a shipped study's records: ``make table`` renders
+    each reference from its own folder, and the results folder's tables never mix them in."""
+    results = write_study(tmp_path, monkeypatch, models=("vanilla",))
+    shipped = results / "reference" / "systems_fixture_ref" / "records" / "systems_fixture"
+    shipped.mkdir(parents=True)
+    (shipped / "transformer_xl_s0.json").write_text(json.dumps(record("transformer_xl")))
+    own = report.make_tables(results, tmp_path / "tables", plots=False, log=lambda line: None)
+    assert "Transformer-XL" not in (tmp_path / "tables" / "systems_fixture.md").read_text()
+    ref = report.make_tables(shipped.parent, shipped.parent.parent, plots=False,
+                             log=lambda line: None)
+    assert own and ref and "Transformer-XL" in (shipped.parent.parent /
+                                                "systems_fixture.md").read_text()

@@ -57,9 +57,13 @@ def _stderr(message: str) -> None:
 
 def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (),
                 plots: bool = True, log: Callable[[str], None] = _stderr) -> list[Path]:
-    """Write the tables (and plots) of ``experiments`` (default: all); return the files."""
+    """Write the tables (and plots) of ``experiments`` (default: all); return the files.  The
+    shipped references' records (``<results_dir>/reference/``) are not this results folder's
+    runs: each reference is its own results folder (``make table`` renders each)."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    found = collect(results_dir, exclude=(out_dir, results_dir / "tables"))
+    tables = () if results_dir.resolve().is_relative_to(out_dir.resolve()) else (out_dir,)
+    found = collect(results_dir, exclude=(*tables, results_dir / "tables",
+                                          results_dir / "reference"))
     for skipped in found.skipped:
         log(f"skipped {skipped.path}: {skipped.reason}")
     for path in found.duplicates:
