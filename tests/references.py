@@ -225,3 +225,18 @@ bidirectional layer), ``model=vanilla`` (the default model), or the training pat
 ``training`` (every step), ``training:log_step`` (only the steps a logger writes),
 ``training:progress_bar`` (every step while a progress bar is shown).  ``path:function`` is the
 innermost ``xformer_bench`` frame, or the library's where no package frame made the call."""
+
+COMPILE_BREAKS: dict[str, str] = {
+    "adaptive_span": "the band's width is the learned span read on the host (Tensor.item): the "
+                     "method's saving is a data-dependent shape",
+    "axial": "the factorised layout is built once per length from index tensors, and whether "
+             "every query has a key is read on the host (cached; traced anew by each compile)",
+    "fixed": "the factorised layout (as axial)",
+    "strided": "the factorised layout (as axial)",
+    "bigbird": "the random key blocks are drawn from a torch.Generator made in the forward "
+               "(one stream per seed and layer)",
+    "clustered": "k-means clusters of data-dependent sizes: the chunk count is read on the host",
+    "routing": "k-means clusters of data-dependent sizes (as clustered)",
+}
+"""attention option -> why TorchDynamo cannot capture its layer's forward as one graph; every
+other option compiles with ``fullgraph=True`` (tests/test_compile.py)."""

@@ -34,6 +34,9 @@ than dense attention with a per-head bias.  The paper is a causal LM over a cach
 positions; this layer attends within the current sequence (no cache), causal; bidirectional
 (|i - j|, both sides) is offered too.  :meth:`AdaptiveSpanAttention.mean_span` reports the
 mean span for the run record.
+
+torch.compile: not one graph (the band's width is the learned span read on the host
+(Tensor.item): the method's saving is a data-dependent shape; tests/test_compile.py).
 """
 
 from __future__ import annotations

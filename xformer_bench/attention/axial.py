@@ -24,6 +24,10 @@ right of a position (rows above, later columns), at any depth.  The Axial Transf
 with unmasked row attention over the shifted rows above (its outer decoder, §3.2-3.3), a model
 assembly rather than a kernel; ``attention=strided`` with ``stride`` = cols is the Sparse
 Transformer's answer (a band of the previous cols positions instead of the row).
+
+torch.compile: not one graph (the factorised layout is built once per length from index tensors,
+and whether every query has a key is read on the host (cached; traced anew by each compile);
+tests/test_compile.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ are gathered side by side and one softmax runs over all
 (:func:`~xformer_bench.attention._window.windowed_attention`): O(T * b * (window + global +
 random blocks)); the global blocks' query rows are a dense pass over those rows only, O(g * T)
 (O(g^2) when causal).
+
+torch.compile: not one graph (the random key blocks are drawn from a torch.Generator made in the
+forward (one stream per seed and layer); tests/test_compile.py).
 """
 
 from __future__ import annotations

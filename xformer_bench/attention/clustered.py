@@ -31,6 +31,9 @@ Defaults: C = 100 clusters (the paper's clustered-100 / i-clustered-100), 63 bit
 iterations and the top 32 keys (the paper's settings, the defaults of the authors' library),
 improved -- i-clustered, the paper's closer approximation.  Not declared: ``additive_bias``
 (a centroid has no position to bias by).
+
+torch.compile: not one graph (k-means clusters of data-dependent sizes: the chunk count is read
+on the host; tests/test_compile.py).
 """
 
 from __future__ import annotations

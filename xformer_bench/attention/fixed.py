@@ -21,6 +21,8 @@ model (§7.2: "We used a stride of 128, c = 32, and merged the factorized attent
 also names c = 8 and 16).  Not implemented: each head its own c-wide sub-block of the block
 (§4.3's last paragraph; the code's ``num_verts``): every head sees the last c positions, as the
 formula.
+
+torch.compile: not one graph (the factorised layout (as axial); tests/test_compile.py).
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ and ``local_window: 128`` at T = 2048-4096).
 Left out: the commitment loss of weight 1e-4 on q and k (the kernel interface carries no
 auxiliary loss), the authors' option to skip routing in the first layers, relative positions
 inside clusters (``additive_bias`` is not declared: the pairs differ per batch row and head).
+
+torch.compile: not one graph (k-means clusters of data-dependent sizes (as clustered);
+tests/test_compile.py).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ and that extra key i - l is in A2 anyway.  Causal only: A1 is defined up to i an
 paper nor its code gives a bidirectional strided pattern, so ``bidirectional`` is not declared.
 Defaults: l = 128, the stride of the paper's strided ImageNet 64x64 model (§7.3); the paper
 does not say how its strided models combine the patterns: ``merged``, as its enwik8 model.
+
+torch.compile: not one graph (the factorised layout (as axial); tests/test_compile.py).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ class Shape:
     causal: bool = True
     scope: str = "layer"  # layer: the whole sublayer | kernel: q, k, v -> out where there is one
     dtype: str = "fp32"  # fp32 | bf16 (autocast, as bf16-mixed training runs it)
+    compiled: bool = False  # torch.compile (inductor) the layer; compiled in the warm-up pass
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ def measure(name: str, length: int, shape: Shape, device: torch.device,
     mode = "causal" if shape.causal else "bidirectional"
     if mode not in layer.provides:
         return Measurement(name, length, status=f"n/a ({mode})")
+    if shape.compiled:
+        layer.compile()
     ctx = ForwardContext(Position(), causal=shape.causal, layer=1)
     kernel = getattr(layer, "kernel", None) if shape.scope == "kernel" else None
     if kernel is not None:  # (B, H, T, Dh) queries, keys and values straight into the kernel
