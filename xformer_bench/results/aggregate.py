@@ -12,9 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from xformer_bench.references import ReferenceTable
 from xformer_bench.results import confounds
 from xformer_bench.results.columns import AFTER_METRICS, BEFORE_METRICS, ColumnSpec, metric_spec
 from xformer_bench.results.metrics import Metric, table_metrics
+from xformer_bench.results.paper_columns import Comparison, beside, summary, with_agreement
 from xformer_bench.results.record import STATUSES
 from xformer_bench.results.significance import holm_bonferroni, welch_p_value
 from xformer_bench.results.table import Column, Row, Table
@@ -34,27 +36,35 @@ def datasets_of(variants: list[Variant]) -> list[str]:
     return sorted(counts, key=rank)
 
 
-def columns_for(variants: list[Variant]) -> tuple[list[Column], list[Metric], str]:
-    """The columns shown (:mod:`columns`), the metric behind each metric column, and the loss
-    columns' dataset."""
+def columns_for(variants: list[Variant], comparison: Comparison | None = None,
+                ) -> tuple[list[Column], list[Metric], str]:
+    """The columns shown (:mod:`columns`; with a ``comparison``, the paper's beside them), the
+    metric behind each metric column, and the loss columns' dataset."""
     records = [r for v in variants for r in v.records]
     datasets = datasets_of(variants)
     metrics = table_metrics(records, datasets)
-    specs = _specs(records, metrics, lambda data: [])
+    specs = _specs(records, metrics, lambda data: [], comparison)
     return [spec.column for spec in specs], metrics, (datasets[0] if datasets else "")
 
 
-def _specs(records: list[dict[str, Any]], metrics: list[Metric],
-           runs_on: Callable[[str], list[dict[str, Any]]]) -> list[ColumnSpec]:
+def _declared_specs(metrics: list[Metric], runs_on: Callable[[str], list[dict[str, Any]]],
+              comparison: Comparison | None) -> list[ColumnSpec]:
     declared = [*BEFORE_METRICS, *(metric_spec(m, runs_on) for m in metrics), *AFTER_METRICS]
-    return [spec for spec in declared if spec.shown(records)]
+    if comparison is None:
+        return declared
+    return beside(declared, {m.column_key: m.spec.name for m in metrics}, comparison)
+
+
+def _specs(records: list[dict[str, Any]], metrics: list[Metric],
+           runs_on: Callable[[str], list[dict[str, Any]]],
+           comparison: Comparison | None = None) -> list[ColumnSpec]:
+    return [spec for spec in _declared_specs(metrics, runs_on, comparison) if spec.shown(records)]
 
 
 def row_for(variant: Variant, columns: list[Column], metrics: list[Metric],
-            loss_data: str) -> Row:
+            loss_data: str, comparison: Comparison | None = None) -> Row:
     runs = variant.on(loss_data)
-    specs = {spec.column.key: spec for spec in
-             [*BEFORE_METRICS, *(metric_spec(m, variant.on) for m in metrics), *AFTER_METRICS]}
+    specs = {spec.column.key: spec for spec in _declared_specs(metrics, variant.on, comparison)}
     statuses = Counter(r["status"] for r in runs)
     return Row(label=variant.label, key=variant.key,
                cells=tuple(specs[c.key].cell(runs) for c in columns),
@@ -129,31 +139,51 @@ def noise_floors(columns: list[Column], rows: list[Row], baseline: int) -> tuple
 
 def build_table(experiment: str, variants: list[Variant],
                 baseline: Mapping[str, Any] | None = None,
-                allowed_differences: tuple[str, ...] = ()) -> Table:
+                allowed_differences: tuple[str, ...] = (),
+                paper: ReferenceTable | None = None) -> Table:
     """The table of ``variants``; with a ``baseline`` (the study's declared row), the cells
     that differ significantly from it are marked and each row carries its differences from
-    it besides what names it (:mod:`confounds`; ``allowed_differences``: the study's)."""
-    columns, metrics, loss_data = columns_for(variants)
-    rows = mark_best(columns, [row_for(v, columns, metrics, loss_data) for v in variants])
+    it besides what names it (:mod:`confounds`; ``allowed_differences``: the study's); with a
+    ``paper`` (the study's ``reference``), the paper beside the measurement
+    (:mod:`paper_columns`)."""
+    comparison = None if paper is None else Comparison(paper, baseline)
+    columns, metrics, loss_data = columns_for(variants, comparison)
+    rows = mark_best(columns, [row_for(v, columns, metrics, loss_data, comparison)
+                               for v in variants])
     reference = baseline_index(variants, baseline)
     if reference is not None:
         rows = mark_significant(columns, rows, reference)
         rows = _with_differences(rows, variants, reference, loss_data, allowed_differences)
+    if comparison is not None and reference is not None:
+        rows = with_agreement(columns, rows, reference)
+    lines = () if comparison is None else summary(
+        columns, rows, [_seed_rows(v, columns, metrics, loss_data, comparison) for v in variants],
+        paper)
     labels = [_data_label(r) for v in variants for r in v.on(loss_data)]
     return Table(experiment=experiment, columns=tuple(columns), rows=tuple(rows),
                  loss_data=labels[0] if labels else loss_data,
                  baseline=None if reference is None else variants[reference].label,
                  noise_floor=() if reference is None else noise_floors(columns, rows, reference),
                  comparisons=0 if reference is None else len(rows) - 1,
-                 notes=column_notes(variants, metrics, loss_data, rows))
+                 notes=column_notes(variants, metrics, loss_data, rows, comparison),
+                 summary=lines)
+
+
+def _seed_rows(variant: Variant, columns: list[Column], metrics: list[Metric], loss_data: str,
+               comparison: Comparison) -> list[Row]:
+    """The variant's row computed from each of its seeds alone (what the bootstrap resamples)."""
+    seeds = sorted({r["seed"] for r in variant.on(loss_data)}, key=str)
+    return [row_for(replace(variant, records=tuple(r for r in variant.records if r["seed"] == s)),
+                    columns, metrics, loss_data, comparison) for s in seeds]
 
 
 def column_notes(variants: list[Variant], metrics: list[Metric], loss_data: str,
-                 rows: list[Row]) -> tuple[str, ...]:
+                 rows: list[Row], comparison: Comparison | None = None) -> tuple[str, ...]:
     """The sentences the shown columns add to the caption (``ColumnSpec.caption``: where
     Step/s comes from, what its marks mean), from their cells and the runs on ``loss_data``."""
     records = [r for v in variants for r in v.on(loss_data)]
-    shown = _specs([r for v in variants for r in v.records], metrics, lambda data: [])
+    shown = _specs([r for v in variants for r in v.records], metrics, lambda data: [],
+                   comparison)
     notes = (spec.caption(records, [row.cells[j] for row in rows])
              for j, spec in enumerate(shown))
     return tuple(note for note in notes if note)

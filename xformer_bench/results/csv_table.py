@@ -1,5 +1,7 @@
 """A :class:`Table` as CSV: full-precision numbers, a mean and a std column per measure, and
-per metric the uncorrected p-value against the baseline row (the marks are Holm-corrected)."""
+per metric the uncorrected p-value against the baseline row (the marks are Holm-corrected);
+with a paper beside the measurement, each Paper column's value, printed std and agreement, and
+its summary lines as trailing ``# `` comment lines (``pandas.read_csv(..., comment="#")``)."""
 
 from __future__ import annotations
 
@@ -22,10 +24,10 @@ def render(table: Table) -> str:
         key = dict(row.key)
         cells = {c.key: cell for c, cell in zip(table.columns, row.cells)}
         values = [_number(getattr(cells[c.key], field))
-                  for c in numeric for field in ("mean", "std", "p_value")[:len(_names(c))]]
+                  for c in numeric for _, field in _fields(c)]
         writer.writerow([row.label, *(key.get(f, "") for f in facets), *values,
                          row.finished, row.total, row.statuses, *_extras(table, row)])
-    return out.getvalue()
+    return out.getvalue() + "".join(f"# {line}\n" for line in table.summary)
 
 
 def _extra_names(table: Table) -> list[str]:
@@ -43,15 +45,23 @@ def _extras(table: Table, row) -> list[str]:
                        if table.baseline else [])
 
 
-def _names(column: Column) -> tuple[str, ...]:
-    """A measured column has a mean and a std, a metric also its uncorrected p-value against
-    the baseline row (empty without one); a configuration property (si) one value."""
+def _fields(column: Column) -> tuple[tuple[str, str], ...]:
+    """(name suffix, cell field) of a column's CSV columns: a measured column has a mean and a
+    std, a metric also its uncorrected p-value against the baseline row (empty without one),
+    a Paper column its agreement with the measurement; a configuration property (si) one
+    value."""
     if column.kind == "si":
-        return (column.key,)
+        return (("", "mean"),)
+    if column.kind == "paper":
+        return ("", "mean"), ("_std", "std"), ("_agreement", "agreement")
     if column.higher_is_better is None:
-        return (column.key, f"{column.key}_std")
-    return (column.key, f"{column.key}_std", f"{column.key}_p")
+        return ("", "mean"), ("_std", "std")
+    return ("", "mean"), ("_std", "std"), ("_p", "p_value")
 
 
-def _number(value: float | None) -> str:
-    return "" if value is None else repr(value)
+def _names(column: Column) -> tuple[str, ...]:
+    return tuple(column.key + suffix for suffix, _ in _fields(column))
+
+
+def _number(value: float | str | None) -> str:
+    return "" if value is None else value if isinstance(value, str) else repr(value)

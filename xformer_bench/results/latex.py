@@ -41,6 +41,9 @@ def render(table: Table) -> str:
                             *(cell_text(cell, column, STYLE)
                               for cell, column in zip(row.cells, table.columns))]))
     lines += [r"\bottomrule", r"\end{tabular}"]
+    if table.summary:  # the paper beside the measurement, under the table
+        summary = r" \par ".join(escape(sentence) for sentence in table.summary)
+        lines += [r"\par\smallskip", rf"{{\footnotesize {summary}\par}}"]
     if note(table.rows, table.baseline):  # the confounds, under the table
         lines += [r"\par\smallskip", rf"{{\footnotesize {escape(note(table.rows, table.baseline))}\par}}"]
     lines += [r"\end{table}", ""]

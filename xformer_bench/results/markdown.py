@@ -22,6 +22,7 @@ def render(table: Table) -> str:
                             *(cell_text(cell, column, STYLE)
                               for cell, column in zip(row.cells, table.columns))]))
     lines += ["", escape(caption(table, " ± ", "—")), ""]
+    lines += [line for sentence in table.summary for line in (escape(sentence), "")]
     if note(table.rows, table.baseline):  # the confounds, under the table
         lines += [escape(note(table.rows, table.baseline)), ""]
     return "\n".join(lines)

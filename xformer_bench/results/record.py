@@ -28,27 +28,30 @@ SCHEMA_VERSION = 2
 STATUSES = ("finished", "diverged", "failed", "interrupted")
 IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline", "sweep",
                      "match_params", "allowed_differences", "controls", "ladders", "ladder",
-                     "param_budget")
+                     "param_budget", "reference")
 """Keys that do not change what a run computes: where files go, how it is logged, and a study's
 declarations (its sweep list, its baseline row, its parameter-matching request: the widths the
 match solves are in ``model`` and count there; the differences from the baseline it accepts;
 the rows it declares controls; its ablation ladders, and the ladder rung a run was made for:
-a rung two ladders share, or a study's row, is one run; its parameter budget)."""
+a rung two ladders share, or a study's row, is one run; its parameter budget; the published
+table it is set beside)."""
 
 IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False,
-              "pool": "cls", "patch_size": 4},
+              "pool": "cls", "patch_size": 4, "tie_encoder_embedding": True},
     "eval": {"stride": None, "beam": 4, "length_penalty": 0.6, "max_extra_len": 50,
              "tgt_len": None, "lanes": None, "warm": False},
     "optim": {"label_smoothing": 0.1},
     "stack": {"name": "standard", "label": "Standard stack"},
+    "embedding": {"name": "lookup", "label": "Lookup embedding"},
+    "head": {"name": "softmax", "label": "Softmax", "tie": True},
     "trainer": {"checkpoint_every": None, "compile": False},
 }
 """Keys added after records existed, at the value that trains what runs did before they
 existed: left out of the hash at that value, so older records keep their ids (and a study
 resumes) when the house grows an option."""
 
-GROUPS_ADDED = {"stack": "standard"}
+GROUPS_ADDED = {"stack": "standard", "embedding": "lookup", "head": "softmax"}
 """Config groups added after records existed, with the option those records ran: read into
 their ``choices`` (:func:`upgrade`), so old and new runs of one configuration share a row."""
 

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from xformer_bench.results import confounds, csv_table, latex, markdown
+from xformer_bench.results import confounds, csv_table, latex, markdown, regression
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
 from xformer_bench.results.ladder_render import write_ladder_tables
@@ -47,6 +47,15 @@ def study_allowed_differences(experiment: str) -> tuple[str, ...]:
     return (declared,) if isinstance(declared, str) else tuple(str(d) for d in declared)
 
 
+def study_reference(experiment: str):
+    """The published table a study is set beside (``reference: narang2021_table1``: a shipped
+    :mod:`xformer_bench.references` table), or None."""
+    from xformer_bench.references import load
+
+    name = _declared(experiment, "reference")
+    return load(str(name)) if name else None
+
+
 class UnknownExperimentError(LookupError):
     """An experiment was asked for that no record belongs to."""
 
@@ -82,7 +91,7 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
         for warning in repeated_seeds(variants):
             log(f"warning: {experiment}: {warning}")
         table = build_table(experiment, variants, study_baseline(experiment),
-                            study_allowed_differences(experiment))
+                            study_allowed_differences(experiment), study_reference(experiment))
         for row in table.rows:  # one line per row that differs in what the study did not declare
             line = confounds.warning(experiment, row.label, list(row.differences))
             if line:
@@ -92,6 +101,12 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
             path = base.with_name(f"{base.name}.{suffix}")
             path.write_text(render(table), encoding="utf-8", newline="\n")
             written.append(path)
+        expected = regression.expected_path(results_dir)  # a shipped reference's guard
+        if expected is not None:
+            moved, recorded = regression.guard(table, expected)
+            for line in moved:
+                log(f"warning: {line}")
+            written += [expected] if recorded else []
         written += write_ladder_tables(experiment, found.of(experiment), base,  # its ladders
                                        _declared(experiment, "ladders"),
                                        study_baseline(experiment), log)

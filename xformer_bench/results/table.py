@@ -18,7 +18,7 @@ SI_PREFIXES = ((12, "T"), (9, "G"), (6, "M"), (3, "K"))
 class Column:
     key: str
     title: str
-    kind: str = "number"                  # number | si (params, FLOPs) | text (seeds)
+    kind: str = "number"                  # number | si (params, FLOPs) | text (seeds) | paper
     digits: int = 3
     higher_is_better: bool | None = None  # None: not a metric, never bold
 
@@ -34,6 +34,7 @@ class Cell:
     untestable: bool = False              # seeds on both sides, none varies: no t-test
     p_value: float | None = None          # Welch's, against the baseline row, uncorrected
     footnote: str = ""                    # marks explained in the caption ("*": perturbed)
+    agreement: str = ""                   # a Paper cell: "agrees" / "disagrees" / "within noise"
 
     @property
     def missing(self) -> bool:
@@ -62,6 +63,7 @@ class Table:
     noise_floor: tuple[tuple[str, float], ...] = ()  # (metric title, the baseline's seed std)
     comparisons: int = 0                  # rows tested against the baseline, per metric
     notes: tuple[str, ...] = ()           # sentences the columns add to the caption
+    summary: tuple[str, ...] = ()         # lines under the table (the paper beside it)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def cell_text(cell: Cell, column: Column, style: Style) -> str:
             body += style.plus_minus + number(cell.std, column)
     body = style.bold(body) if cell.bold else body
     body += style.escape(cell.footnote)
-    return body + style.dagger if cell.marked else body
+    body = body + style.dagger if cell.marked else body
+    return f"{body} {style.escape(cell.agreement)}" if cell.agreement else body
 
 
 def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") -> str:
