@@ -2,7 +2,7 @@
 
     pip install x-transformers                      # the optional peer
     python scripts/compare_baseline.py corpus.txt   # 3 seeds each, prints mean ± std
-    python scripts/compare_baseline.py corpus.txt --steps 200 --seeds 0 -- model.tie_embeddings=false
+    python scripts/compare_baseline.py corpus.txt --steps 200 --seeds 0 -- head.tie=false
     python scripts/compare_baseline.py --merge a.json b.json   # summarise runs made in parts
 
 Both models train through xbench's own training path -- the same ``LanguageModelTask``
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.config import compose_config
@@ -48,8 +49,14 @@ class XTransformersLM(nn.Module):
                                 attn_dim_head=d_model // n_heads, ff_mult=d_ff / d_model),
         )
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) logits
-        return self.net(tokens)
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None,
+                **loss) -> torch.Tensor:
+        """(B, T) -> (B, T, V) logits, or given ``targets`` their cross-entropy
+        (``F.cross_entropy``'s options ``loss``), as xbench's models answer the task."""
+        logits = self.net(tokens)
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), **loss)
 
     def auxiliary_loss(self) -> None:
         return None

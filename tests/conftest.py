@@ -71,7 +71,22 @@ def declared_refusals(config: dict) -> list[str]:
         "ffn": FFN.build(config["ffn"], dims=dims, activation=config["activation"]),
         "stack": STACK.get(config["stack"]["name"]),  # a stack's needs are class attributes
     }
-    return unmet(model_parts(config, modules, m))
+    return unmet(model_parts(config, modules, m)) + _vocabulary_refusals(config, dims)
+
+
+def _vocabulary_refusals(config: dict, dims: ModelDims) -> list[str]:
+    """What the embedding and the output head, built on their own, refuse together (a tied
+    head whose tables the embedding does not have): its one ConfigError line, if any."""
+    from xformer_bench.errors import ConfigError
+    from xformer_bench.registry import EMBEDDING, HEAD
+
+    embedding = EMBEDDING.build(config["embedding"], vocab_size=dims.vocab_size,
+                                d_model=dims.d_model)
+    try:
+        HEAD.build(config["head"], embedding=embedding, d_model=dims.d_model)
+    except ConfigError as refusal:
+        return [str(refusal)]
+    return []
 
 
 def compile_latex(folder: Path, inputs: list[str]) -> subprocess.CompletedProcess:

@@ -174,6 +174,9 @@ BF16_TOLERANCE: dict[str, tuple[float, float, str]] = {
                 "router's scores (computed from bf16 activations) goes to another expert"),
     "ffn=product_key_memory": (0.03, 0.3, "top-k key selection: a key near the k-th score is "
                                "swapped for another, and its value row gets the gradient"),
+    "stack=evolved": (0.03, 0.15, "the ReLU after the decoder's separable 11x1 convolution: a "
+                      "bf16-rounded pre-activation near 0 switches a unit on or off, and the "
+                      "convolution's weights get another gradient (measured 0.091 on it)"),
 }
 """``group=option`` -> (output, gradient) relative error allowed under bf16, and why it is looser
 than BF16_DEFAULT_TOLERANCE."""

@@ -31,7 +31,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert record["status"] == "finished"
     assert record["choices"] == {"model": "vanilla", "attention": "full", "norm": "layernorm",
                                  "activation": "gelu", "position": "sinusoidal", "ffn": "dense", "stack": "standard",
-                                 "modification": None, "data": "synthetic", "trainer": "default", "logger": "none"}
+                                 "embedding": "lookup", "head": "softmax", "modification": None, "data": "synthetic", "trainer": "default", "logger": "none"}
     assert "trainer.max_steps=16" in record["overrides"]
     assert str(record_path.relative_to(tmp_path)) in result.stdout
 

@@ -13,7 +13,8 @@ from xformer_bench.results.report import make_tables
 
 def test_the_groups_are_the_conf_folders():
     assert choice_groups() == ("model", "attention", "norm", "activation", "position", "ffn",
-                               "modification", "stack", "data", "trainer", "logger")
+                               "embedding", "head", "modification", "stack", "data", "trainer",
+                               "logger")
 
 
 def test_a_new_group_reaches_the_record_the_run_id_and_the_table(tmp_path, monkeypatch):

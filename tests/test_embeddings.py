@@ -8,8 +8,9 @@ import torch
 from conftest import compose_config
 from xformer_bench.models.build import build_model
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.embedding import TokenEmbedding
-from xformer_bench.models.output_head import OutputHead
+from xformer_bench.embedding.factorized import FactorizedEmbedding
+from xformer_bench.embedding.lookup import LookupEmbedding
+from xformer_bench.heads.mixture_of_softmaxes import MixtureOfSoftmaxes
 from xformer_bench.models.transformer_lm import TransformerLM
 
 PARTS = ({"name": "full"}, {"name": "layernorm"}, {"name": "gelu"}, {"name": "sinusoidal"})
@@ -21,7 +22,7 @@ def _lm(dims: ModelDims, **options) -> TransformerLM:
 
 
 def test_factorised_embedding_has_v_by_e_plus_e_by_d_parameters():
-    emb = TokenEmbedding(256, 64, embedding_dim=16)
+    emb = FactorizedEmbedding(256, 64, dim=16)
     assert sum(p.numel() for p in emb.parameters()) == 256 * 16 + 16 * 64
     tokens = torch.tensor([[3, 7]])
     expected = emb.table.weight[tokens] @ emb.project.weight.T
@@ -29,7 +30,7 @@ def test_factorised_embedding_has_v_by_e_plus_e_by_d_parameters():
 
 
 def test_tied_head_shares_the_embedding_matrix_and_untied_does_not(tiny_dims):
-    tied, untied = _lm(tiny_dims), _lm(tiny_dims, tie_embeddings=False)
+    tied, untied = _lm(tiny_dims), _lm(tiny_dims, head={"name": "softmax", "tie": False})
     assert tied.head.vocab.weight is tied.embedding.table.weight
     assert untied.head.vocab.weight is not untied.embedding.table.weight
     assert untied.num_parameters() - tied.num_parameters() == 256 * tiny_dims.d_model
@@ -37,8 +38,8 @@ def test_tied_head_shares_the_embedding_matrix_and_untied_does_not(tiny_dims):
 
 def test_mixture_of_softmaxes_is_a_normalised_mixture_computed_by_hand():
     torch.manual_seed(0)
-    emb = TokenEmbedding(11, 8)
-    head = OutputHead(emb, 8, kind="mixture_of_softmaxes", components=3)
+    emb = LookupEmbedding(11, 8)
+    head = MixtureOfSoftmaxes(emb, 8, tie=True, components=3)
     h = torch.randn(2, 5, 8)
     log_p = head(h)  # (B, T, V)
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2, 5))

@@ -94,12 +94,14 @@ def test_product_key_memory_keeps_the_authors_scales():
     assert scores.softmax(-1).amax(-1).mean() > 0.15
 
 
-@pytest.mark.parametrize("embedding_dim", [None, 16])
-def test_token_vectors_have_the_same_scale_factorised_or_not(embedding_dim):
+@pytest.mark.parametrize("embedding", [("embedding=lookup",),
+                                       ("embedding=factorized", "embedding.dim=16"),
+                                       ("embedding=adaptive_input", "head.tie=false")])
+def test_token_vectors_have_the_same_scale_factorised_or_not(embedding):
     """RMS D^-1/2 (Vaswani's unit-scale tokens divided by sqrt(D)); the factorised table used
     to start at 0.22 of the unfactorised scale."""
     torch.manual_seed(0)
-    config = compose_config(f"model.embedding_dim={embedding_dim or 'null'}")
+    config = compose_config(*embedding)
     model = build_model(config, vocab_size=256)
     vectors = model.embedding(torch.arange(256))  # (V, D)
     rms = vectors.pow(2).mean().sqrt().item() * math.sqrt(model.dims.d_model)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "xformer_bench"
-PARTS = ("attention", "norm", "activation", "position", "ffn", "stacks")
+PARTS = ("attention", "norm", "activation", "position", "ffn", "stacks", "embedding", "heads")
 FORBIDDEN = {
     **{part: ("tasks", "data", "results", "training", "run", "cli") for part in PARTS},
     "models": ("tasks", "data", "results", "training", "run", "cli"),

@@ -72,7 +72,7 @@ def test_untrained_untied_model_is_near_uniform():
     torch.manual_seed(0)
     dims = ModelDims(d_model=32, n_heads=2, n_layers=1, d_ff=64, seq_len=32, vocab_size=256)
     model = TransformerLM(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
-                          {"name": "none"}, tie_embeddings=False).eval()
+                          {"name": "none"}, head={"name": "softmax", "tie": False}).eval()
     data = np.random.default_rng(1).integers(0, 256, 500).astype(np.uint8)
     bpb, _ = _reference_bpb(model, data, 32)
     # logits ~ N(0, s^2) on unit-RMS features: cross-entropy ~ ln 256 + s^2 / 2 nats

@@ -9,7 +9,8 @@ from conftest import compose_config
 from xformer_bench.config import CONF_DIR
 from xformer_bench.registry import REGISTRIES, UnknownVariantError
 
-COMPONENT_GROUPS = ["attention", "norm", "activation", "position", "ffn", "data"]
+COMPONENT_GROUPS = ["attention", "norm", "activation", "position", "ffn", "data", "embedding",
+                    "head"]
 
 
 def _yaml_stems(group: str) -> list[str]:

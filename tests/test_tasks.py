@@ -89,7 +89,8 @@ def test_a_schema_1_record_reads_as_the_byte_lm_record_schema_2_writes():
 def test_a_record_from_before_a_group_existed_reads_with_the_option_it_ran():
     old = {"schema": 2, "choices": {"model": "vanilla", "attention": "full"}}
     assert records.upgrade(old)["choices"] == {"model": "vanilla", "attention": "full",
-                                               "stack": "standard"}
+                                               "stack": "standard", "embedding": "lookup",
+                                               "head": "softmax"}
     assert old["choices"] == {"model": "vanilla", "attention": "full"}  # not modified
     newer = {"schema": 2, "choices": {"attention": "full", "stack": "reversible"}}
     assert records.upgrade(newer)["choices"]["stack"] == "reversible"

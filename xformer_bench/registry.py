@@ -9,11 +9,12 @@ imports every module in it, so adding a variant never touches shared code.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xformer_bench.errors import XbenchError
+from xformer_bench.errors import ConfigError, XbenchError
 
 
 class UnknownVariantError(XbenchError, ValueError):
@@ -61,7 +62,13 @@ class Registry:
         """Build from a config node ``{name, label, **kwargs}`` plus call-site context
         (``label`` is the human name used in tables)."""
         kwargs = {k: v for k, v in dict(spec).items() if k not in ("name", "label")}
-        return self.get(spec["name"])(**kwargs, **context)
+        builder = self.get(spec["name"])
+        parameters = inspect.signature(builder).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            for key in kwargs.keys() - parameters.keys():  # e.g. left by a modification bundle
+                raise ConfigError(f"{self.group}={spec['name']} takes no key {key}; choose "
+                                  f"another {self.group} or drop {self.group}.{key}")
+        return builder(**kwargs, **context)
 
 
 ATTENTION = Registry("attention", "xformer_bench.attention")
@@ -71,5 +78,8 @@ POSITION = Registry("position", "xformer_bench.position")
 FFN = Registry("ffn", "xformer_bench.ffn")
 STACK = Registry("stack", "xformer_bench.stacks")
 DATA = Registry("data", "xformer_bench.data")
+EMBEDDING = Registry("embedding", "xformer_bench.embedding")
+HEAD = Registry("head", "xformer_bench.heads")
 
-REGISTRIES = {r.group: r for r in (ATTENTION, NORM, ACTIVATION, POSITION, FFN, STACK, DATA)}
+REGISTRIES = {r.group: r for r in (ATTENTION, NORM, ACTIVATION, POSITION, FFN, STACK, DATA,
+                                   EMBEDDING, HEAD)}

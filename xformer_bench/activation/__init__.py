@@ -29,6 +29,8 @@ the non-gated one (two matrices), as in Shazeer (2020) and Narang et al. (2021).
 class FeedForward(nn.Module):
     """``W2 act(W1 x)``: the position-wise feed-forward layer of the Transformer."""
 
+    provides = frozenset({"dense_feedforward"})
+
     def __init__(self, dims: ModelDims, act: Callable[[torch.Tensor], torch.Tensor]):
         super().__init__()
         self.up = nn.Linear(dims.d_model, dims.d_ff)
@@ -48,6 +50,8 @@ class GatedFeedForward(nn.Module):
     ``d_ff_scale`` 2/3 it has ``3 D round(2 d_ff / 3)`` parameters against the dense layer's
     ``2 D d_ff + d_ff + D``: the dense layer's biases, about ``1 / (2 D)`` of its count.
     """
+
+    provides = frozenset({"dense_feedforward"})
 
     def __init__(
         self,

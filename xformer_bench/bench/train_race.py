@@ -58,7 +58,7 @@ def overrides_for(size: dict, steps: int, device: str, precision: str,
                   compiled: bool = False) -> list[str]:
     """The xbench command line of one size, configured as x-transformers builds its decoder."""
     return [f"trainer.compile={str(compiled).lower()}",
-        "model=vanilla", "position=learned", "activation=gelu", "model.tie_embeddings=false",
+        "model=vanilla", "position=learned", "activation=gelu", "head.tie=false",
         f"model.d_model={size['d_model']}", f"model.n_layers={size['n_layers']}",
         f"model.n_heads={size['n_heads']}", f"model.d_ff={size['d_ff']}",
         "data=synthetic", f"data.seq_len={size['seq_len']}", f"data.batch_size={size['batch']}",

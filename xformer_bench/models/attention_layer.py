@@ -62,7 +62,13 @@ class MultiHeadAttention(TokenMixer):
         return y if group == 1 else y.repeat_interleave(group, dim=1)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
-        b, t, d = x.shape
+        y = self.heads(x, ctx)  # (B, H, T, Dh)
+        return self.out(y.transpose(1, 2).flatten(2))  # (B, T, D)
+
+    def heads(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """Every head's attention output (B, H, T, Dh) over ``x`` (B, T, D), before the output
+        projection."""
+        t = x.shape[1]
         q, k, v = self.project(x)
         if ctx.cache is not None:  # decoding: new positions start .. start + T - 1
             q, k = ctx.position.rotate_from(q, k, ctx.cache.start)
@@ -76,6 +82,5 @@ class MultiHeadAttention(TokenMixer):
         s = k.shape[2]
         keys = {"key": k} if ctx.position.reads_keys else {}
         bias = ctx.position.bias(t, s, layer=ctx.layer, query=q, **keys)  # lazy PairBias or None
-        y = self.kernel(q, k, v, causal=ctx.causal, bias=bias,
-                        key_padding_mask=ctx.key_padding_mask, layer=ctx.layer)  # (B, H, T, Dh)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+        return self.kernel(q, k, v, causal=ctx.causal, bias=bias,
+                           key_padding_mask=ctx.key_padding_mask, layer=ctx.layer)  # (B, H, T, Dh)

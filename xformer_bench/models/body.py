@@ -27,7 +27,7 @@ from xformer_bench.models.residual import residual_factory
 from xformer_bench.models.residual_attention import ResidualAttention
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.registry import ATTENTION, FFN, NORM, POSITION, STACK
-from xformer_bench.stacks import Stack
+from xformer_bench.stacks import BlockFactory, Stack
 
 DECODER = ("a decoder-only LM", frozenset({"causal"}))
 """How the decoder-only LM names itself in errors, and what it needs of the attention."""
@@ -49,7 +49,7 @@ def model_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, ob
     ``norm_placement``, ``residual``)."""
     assembly_name, attention_needs = assembly
     stack = modules.get("stack")
-    shared_by = ("model.share_blocks=true" if model.get("share_blocks")
+    shared_by = ("model.share_blocks=true" if model.get("share_blocks") is True
                  else f"stack={specs['stack']['name']}"
                  if getattr(stack, "shares_blocks", False) else None)
     invertible = model.get("norm_placement", "pre") != "post" and \
@@ -64,7 +64,9 @@ def model_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, ob
     else:
         name = assembly_name
     provides = ({"unshared_blocks"} if not shared_by else set()) | \
-        ({"invertible_blocks"} if invertible else set())
+        ({"invertible_blocks"} if invertible else set()) | \
+        ({"pre_norm_blocks"} if model.get("norm_placement", "pre") == "pre"
+         and model.get("residual", "add") == "add" else set())
     needs = Part("model", assembly_name, requires={"attention": attention_needs})
     structure = Part("model", name, provides=frozenset(provides))
     logits = [Part("model", "model.residual_attention=true",
@@ -77,8 +79,24 @@ def model_parts(specs: Mapping[str, Mapping[str, Any]], modules: Mapping[str, ob
         realformer = isinstance(modules[group], ResidualAttention)
         return f"{named} (model.residual_attention=true)" if realformer else named
 
-    return [*logits, needs, structure, *(Part(group, choice(group), module)
-                                         for group, module in modules.items())]
+    return [*encoder_decoder_parts(model, assembly), *logits, needs, structure,
+            *(Part(group, choice(group), module) for group, module in modules.items())]
+
+
+def encoder_decoder_parts(model: Mapping[str, Any],
+                          assembly: tuple[str, frozenset[str]]) -> list[Part]:
+    """The model keys only an encoder-decoder honours (``model.share_blocks`` of one side,
+    ``model.transparent_attention``), as parts needing one, and the ``task`` part saying whether
+    ``assembly`` is one (its encoder and decoder are built with the keys resolved per side)."""
+    share = model.get("share_blocks")
+    keys = ([f"model.share_blocks={share}"] if share in ("encoder", "decoder") else []) + \
+        (["model.transparent_attention=true"] if model.get("transparent_attention") else [])
+    if not keys:
+        return []
+    task = Part("task", assembly[0], provides=frozenset({"encoder_decoder"})
+                if assembly is CROSS_DECODER else frozenset())
+    return [*(Part("modification", key, requires={"task": frozenset({"encoder_decoder"})})
+              for key in keys), task]
 
 
 def build_mixer(attention: Mapping[str, Any], dims: ModelDims,
@@ -112,26 +130,28 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
                ffn: Mapping[str, Any], stack: Mapping[str, Any], *,
                assembly: tuple[str, frozenset[str]] = DECODER, norm_placement: str = "pre",
                share_blocks: bool = False, residual: str = "add",
-               residual_attention: bool = False, checkpointing: bool = False) -> Body:
+               residual_attention: bool = False, checkpointing: bool = False,
+               cross_attention: type[CrossAttention] = CrossAttention) -> Body:
     """Position scheme, stack and final norm of the options, checked to go together with each
     other and with ``assembly`` (one ``ConfigError`` line if not).  The blocks of
-    :data:`CROSS_DECODER` attend over an encoder's output too (exact attention)."""
+    :data:`CROSS_DECODER` attend over an encoder's output too (exact attention, by
+    ``cross_attention``: transparent attention's reads every encoder layer)."""
     if checkpointing and residual_attention:
         raise ConfigError("model.checkpointing=true recomputes each block on its own, but "
                           "model.residual_attention=true passes logits between blocks: "
                           "turn one of them off")
-    make_norm = lambda: NORM.build(norm, dim=dims.d_model)  # noqa: E731
+    make_norm = lambda dim=dims.d_model: NORM.build(norm, dim=dim)  # noqa: E731
     make_residual = residual_factory(residual, dims.d_model)
-    make_block = lambda: Block(  # noqa: E731
+    make_block = BlockFactory(lambda: Block(
         build_mixer(attention, dims, residual_attention),
         FFN.build(ffn, dims=dims, activation=activation),
         make_norm,
         placement=norm_placement,
         dropout=dims.dropout,
         make_residual=make_residual,
-        cross_attention=(CrossAttention(dims, ATTENTION.build({"name": "full"}, dims=dims))
+        cross_attention=(cross_attention(dims, ATTENTION.build({"name": "full"}, dims=dims))
                          if assembly is CROSS_DECODER else None),
-    )
+    ), make_norm, decoder="causal" in assembly[1])
     scheme = POSITION.build(position, dims=dims)
     built = STACK.build(stack, dims=dims, make_block=make_block, share_blocks=share_blocks,
                         checkpointing=checkpointing)

@@ -13,6 +13,7 @@ It declares, as class attributes,
 Two tags are read off the structure, so that no variant has to remember them:
 
 * a part with a layer named ``out`` or ``down`` provides ``residual_output`` (Fixup zeroes it);
+* a ``norm`` part whose residual gate is the identity provides ``ungated_residual``;
 * a part of the block holding a persistent buffer (a running statistic, updated by training)
   needs ``unshared_blocks`` of the model: with ``model.share_blocks`` one statistic would mix
   every depth.
@@ -28,6 +29,7 @@ from torch import nn
 from xformer_bench.attention import CAPABILITIES
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.init import RESIDUAL_OUTPUTS
+from xformer_bench.norm import residual_gate
 
 TAGS = {
     **CAPABILITIES,
@@ -39,6 +41,11 @@ TAGS = {
                          "not model.residual=gru_gate), so a layer can be undone by subtraction",
     "ordered_blocks": "blocks applied one after another at full length, so each can hand its "
                       "attention logits to the next",
+    "encoder_decoder": "an encoder and a decoder (an encoder-decoder task: data=wmt14)",
+    "pre_norm_blocks": "pre-LN blocks with plain residual adds (model.norm_placement=pre, "
+                       "model.residual=add)",
+    "dense_feedforward": "a dense position-wise feed-forward layer (ffn=dense)",
+    "ungated_residual": "a norm without a residual gate (not ReZero, not Fixup)",
 }
 """Every tag a part may provide or need, in the words of the error."""
 
@@ -69,6 +76,9 @@ def _keeps_running_statistics(module: object) -> bool:
 
 def provided(part: Part) -> frozenset[str]:
     derived = {"residual_output"} if _has_residual_output(part.module) else set()
+    if part.group == "norm" and isinstance(part.module, nn.Module) and \
+            isinstance(residual_gate(part.module), nn.Identity):
+        derived.add("ungated_residual")
     return frozenset(getattr(part.module, "provides", frozenset())) | part.provides | derived
 
 

@@ -49,7 +49,12 @@ class ForwardContext:
     (:mod:`xformer_bench.models.kv_cache`); None: no cache, the sequence is all of ``x``."""
     encoder_output: torch.Tensor | None = None
     """(B, S, D): the encoder's final states, which a decoder block's cross-attention attends
-    over (an encoder-decoder sets it for the decoder's forward); None: no encoder."""
+    over (an encoder-decoder sets it for the decoder's forward); None: no encoder.  With
+    ``model.transparent_attention`` (B, L + 1, S, D): every encoder layer's output, the
+    embedding first, which each decoder layer combines (:mod:`~xformer_bench.models.transparent_attention`)."""
+    layer_states: list[torch.Tensor] | None = None
+    """A list to which each block application appends its output (B, T, D) (set by an
+    encoder whose outputs transparent attention reads); None: nothing recorded."""
     encoder_padding_mask: torch.Tensor | None = None
     """(B, S) bool, True at the encoder's padding positions, which cross-attention never reads."""
     aux_losses: list[torch.Tensor] = field(default_factory=list)

@@ -1,6 +1,6 @@
 """Input adapters: what turns a task's inputs into the (B, N, D) sequence the body mixes.
 
-* tokens -- :class:`~xformer_bench.models.embedding.TokenEmbedding` (bytes, sub-pixel values,
+* tokens -- the ``embedding`` option (:mod:`xformer_bench.embedding`: bytes, sub-pixel values,
   ListOps symbols); sub-pixels get their per-axis positions from ``position=factorized``
   with the data's layout (row, column, channel).
 * patches -- :class:`PatchEmbedding`: ViT's linear projection of non-overlapping P x P

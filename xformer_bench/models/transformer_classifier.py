@@ -26,9 +26,9 @@ from xformer_bench.errors import ConfigError
 from xformer_bench.models.body import Assembly, build_body, initialise, refuse_streams
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.embedding import TokenEmbedding
 from xformer_bench.models.init import mark_initialised
 from xformer_bench.models.input_adapters import ClassToken, PatchEmbedding, patch_grid
+from xformer_bench.registry import EMBEDDING
 
 POOLS = ("cls", "mean")
 INPUT_KINDS = ("tokens", "image")
@@ -53,7 +53,8 @@ class TransformerClassifier(Assembly):
                  ffn: Mapping[str, Any], stack: Mapping[str, Any], *, num_classes: int,
                  input_kind: str = "tokens", image_shape: tuple[int, int, int] | None = None,
                  patch_size: int = 4, pad_id: int | None = None, pool: str = "cls",
-                 embedding_dim: int | None = None, **body_options: Any):
+                 embedding: Mapping[str, Any] = {"name": "lookup"},  # noqa: B006 -- read-only
+                 **body_options: Any):
         """``dims.seq_len`` is the body's length (:func:`encoder_length`); ``dims.vocab_size``
         the tokens' vocabulary (unused for images); ``body_options`` the model keys the body
         takes (``norm_placement``, ``share_blocks``, ``residual``, ...)."""
@@ -61,7 +62,8 @@ class TransformerClassifier(Assembly):
         self.dims, self.pool, self.pad_id = dims, pool, pad_id
         self.input_kind, self.image_shape = input_kind, image_shape
         padded = input_kind == "tokens" and pad_id is not None
-        self.adapter = (TokenEmbedding(dims.vocab_size, dims.d_model, embedding_dim)
+        self.adapter = (EMBEDDING.build(embedding, vocab_size=dims.vocab_size,
+                                        d_model=dims.d_model)
                         if input_kind == "tokens"
                         else PatchEmbedding(image_shape, patch_size, dims.d_model))
         self.class_token = ClassToken(dims.d_model) if pool == "cls" else None

@@ -17,9 +17,8 @@ from torch import nn
 from xformer_bench.models.body import Assembly, build_body, initialise
 from xformer_bench.models.context import ForwardContext
 from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.embedding import TokenEmbedding
 from xformer_bench.models.kv_cache import KVCache
-from xformer_bench.models.output_head import OutputHead
+from xformer_bench.registry import EMBEDDING, HEAD
 
 class TransformerLM(Assembly):
     def __init__(
@@ -31,11 +30,9 @@ class TransformerLM(Assembly):
         position: Mapping[str, Any],
         ffn: Mapping[str, Any] = {"name": "dense"},  # noqa: B006 -- read-only
         stack: Mapping[str, Any] = {"name": "standard"},  # noqa: B006 -- read-only
+        embedding: Mapping[str, Any] = {"name": "lookup"},  # noqa: B006 -- read-only
+        head: Mapping[str, Any] = {"name": "softmax", "tie": True},  # noqa: B006 -- read-only
         norm_placement: str = "pre",
-        tie_embeddings: bool = True,
-        embedding_dim: int | None = None,
-        output: str = "softmax",
-        mos_components: int = 4,
         share_blocks: bool = False,
         residual: str = "add",
         residual_attention: bool = False,
@@ -43,24 +40,28 @@ class TransformerLM(Assembly):
     ):
         super().__init__()
         self.dims = dims
-        self.embedding = TokenEmbedding(dims.vocab_size, dims.d_model, embedding_dim)
+        self.embedding = EMBEDDING.build(embedding, vocab_size=dims.vocab_size,
+                                         d_model=dims.d_model)
         self.position, self.stack, self.final_norm, _ = build_body(
             dims, attention, norm, activation, position, ffn, stack,
             norm_placement=norm_placement, share_blocks=share_blocks, residual=residual,
             residual_attention=residual_attention, checkpointing=checkpointing)
         self.dropout = nn.Dropout(dims.dropout)
         self.share_blocks = share_blocks
-        self.head = OutputHead(self.embedding, dims.d_model, tie=tie_embeddings, kind=output,
-                               components=mos_components)
+        self.head = HEAD.build(head, embedding=self.embedding, d_model=dims.d_model)
         self._auxiliary_loss: torch.Tensor | None = None
         initialise(self, dims, self.stack)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V) log-probs
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None,
+                **loss: Any) -> torch.Tensor:
+        """Log-probs (B, T, V) of the token after each prefix of ``tokens`` (B, T); given
+        ``targets`` (B, T), the head's cross-entropy of them instead (``head.loss`` with the
+        options ``loss``), which need not build the (B, T, V) distribution."""
         ctx = ForwardContext(self.position, causal=True)
         x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
-        x = self.stack(x, ctx)
+        x = self.final_norm(self.stack(x, ctx))  # (B, T, D)
         self._auxiliary_loss = ctx.auxiliary_loss()
-        return self.head(self.final_norm(x))
+        return self.head(x) if targets is None else self.head.loss(x, targets, **loss)
 
     def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Log-probs (B, T, V) of ``tokens`` (B, T), the positions after the ``cache.length``

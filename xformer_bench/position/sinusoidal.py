@@ -1,7 +1,7 @@
 """Fixed sinusoidal position encodings (Vaswani et al. 2017), divided by sqrt(D).
 
 Vaswani et al. add the sinusoids to sqrt(D)-scaled embeddings; xbench's embeddings are not
-scaled (their RMS is D^-1/2, see ``models/embedding.py``), so the sinusoids are divided by
+scaled (their RMS is D^-1/2, see ``embedding/__init__.py``), so the sinusoids are divided by
 sqrt(D) instead: the same input as the paper's, divided by sqrt(D), with the paper's ratio of
 tokens to positions.
 """

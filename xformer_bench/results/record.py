@@ -51,6 +51,12 @@ IDENTITY_NEUTRAL = {
 existed: left out of the hash at that value, so older records keep their ids (and a study
 resumes) when the house grows an option."""
 
+IDENTITY_RETIRED = {"model": {"tie_embeddings": True, "embedding_dim": None, "output": "softmax",
+                              "mos_components": 4}}
+"""Keys removed from the config (these four became the ``embedding`` and ``head`` groups),
+hashed at the value the records from before their removal had, so that those records'
+configurations keep their ids (a record's own config, which still has them, hashes as it did)."""
+
 GROUPS_ADDED = {"stack": "standard", "embedding": "lookup", "head": "softmax"}
 """Config groups added after records existed, with the option those records ran: read into
 their ``choices`` (:func:`upgrade`), so old and new runs of one configuration share a row."""
@@ -143,6 +149,9 @@ def identity_config(config: dict[str, Any]) -> dict[str, Any]:
                                 if k not in neutral or v != neutral[k]}
             if not essential[group]:
                 del essential[group]  # a node of neutral keys only: as if it did not exist
+    for group, retired in IDENTITY_RETIRED.items():
+        if isinstance(essential.get(group), dict):
+            essential[group] = {**retired, **essential[group]}
     return essential
 
 

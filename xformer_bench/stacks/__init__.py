@@ -17,7 +17,7 @@ built, one ``ConfigError`` line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -25,6 +25,20 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from xformer_bench.models.context import ForwardContext
+
+
+class BlockFactory:
+    """``make_block()``: a new block of the model (what every stack calls).  A stack that
+    builds cells of its own reads the rest: ``make_norm()`` (a new norm of the model's option)
+    a width of its own: ``make_norm(dim)``) and ``decoder`` (whether the blocks serve a causal decoder; the Evolved Transformer's
+    encoder and decoder cells differ)."""
+
+    def __init__(self, make: Callable[[], nn.Module], make_norm: Callable[[], nn.Module],
+                 decoder: bool):
+        self.make, self.make_norm, self.decoder = make, make_norm, decoder
+
+    def __call__(self) -> nn.Module:
+        return self.make()
 
 
 class Stack(nn.Module):
@@ -59,12 +73,17 @@ def _apply(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: int,
 def apply_block(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: int, *,
                 recompute: bool = False, **fields: Any) -> torch.Tensor:
     """``block(x, ctx)`` as the application at parameter layer ``layer``, with the context
-    ``fields`` set for it (e.g. ``memory=``) and cleared after.  With ``recompute`` the block is
+    ``fields`` set for it (e.g. ``memory=``) and cleared after; its output is appended to
+    ``ctx.layer_states`` when that is a list.  With ``recompute`` the block is
     checkpointed (Chen et al. 2016): the layer index and fields are arguments, so the backward
     pass recomputes it with the same ones, not with whatever ``ctx`` holds by then."""
     if recompute:
-        return checkpoint(_apply, block, x, ctx, layer, fields, use_reentrant=False)
-    return _apply(block, x, ctx, layer, fields)
+        x = checkpoint(_apply, block, x, ctx, layer, fields, use_reentrant=False)
+    else:
+        x = _apply(block, x, ctx, layer, fields)
+    if ctx.layer_states is not None:  # transparent attention reads every layer's output
+        ctx.layer_states.append(x)
+    return x
 
 
 def recomputes(stack: nn.Module) -> bool:

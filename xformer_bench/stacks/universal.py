@@ -15,7 +15,7 @@ At step n = 1, 2, ... (the bookkeeping is :mod:`xformer_bench.stacks._act`)::
   (``step_preprocess`` then a sigmoid dense layer); its bias starts at ``halting_bias_init``
   = 1.0 (t2t's ``act_halting_bias_init``: h ~ 0.73, so every position starts at 2 steps) and
   its weight at N(0, 1), a unit-scale logit on xbench's D^-1/2-scale stream
-  (``models/embedding.py``), about what t2t's Glorot-initialised layer gives on its stream.
+  (``embedding/__init__.py``), about what t2t's Glorot-initialised layer gives on its stream.
 * P^n is the paper's coordinate embedding over time (section 2.1): sinusoids of the step
   index n (1-based, as the paper's t), divided by sqrt(D) like xbench's sinusoidal positions
   (``position/sinusoidal.py``).  It is added at every step on top of the model's own position

@@ -1,7 +1,8 @@
 """Autoregressive language modelling over a vocabulary of units (bytes of text, pixel values).
 
-Loss is the mean next-unit cross-entropy in nats; the metric is that mean over the evaluated
-units divided by ln 2, named by the data's unit (:data:`~xformer_bench.metric_spec.BITS_PER`: ``bpb`` for bytes,
+Loss is the mean next-unit cross-entropy in nats, as the model's output head computes it
+(:mod:`xformer_bench.heads`: the task never builds the (B, T, V) distribution itself); the
+metric is that mean over the evaluated units divided by ln 2, named by the data's unit (:data:`~xformer_bench.metric_spec.BITS_PER`: ``bpb`` for bytes,
 ``bits_per_dim`` for image dimensions).  Validation and test accumulate the summed nats and the
 unit count over the whole split (across ranks) before dividing, so padding never dilutes them.
 A model with memory across batches (``stack=recurrent``) forgets it when training starts and
@@ -14,7 +15,6 @@ from __future__ import annotations
 import math
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from xformer_bench.models.build import build_model
 from xformer_bench.targets import IGNORE_INDEX
@@ -42,9 +42,7 @@ class LanguageModelTask(Task):
 
     def _nats(self, batch, reduction: str) -> torch.Tensor:
         inputs, targets = batch  # (B, T) each
-        logits = self.model(inputs)  # (B, T, V)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                               ignore_index=IGNORE_INDEX, reduction=reduction)
+        return self.model(inputs, targets, ignore_index=IGNORE_INDEX, reduction=reduction)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         nats = self._nats(batch, "mean")

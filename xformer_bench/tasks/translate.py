@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from sacrebleu.metrics import BLEU as SacreBLEU
 
 from xformer_bench.metric_spec import MetricSpec
@@ -51,15 +50,15 @@ class TranslationTask(Task):
         self.hypotheses: list[tuple[int, str]] = []
         self.signature: str | None = None
 
-    def _log_probs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _nats(self, batch, **loss) -> torch.Tensor:
+        """The output head's cross-entropy of the references, teacher-forced (options
+        ``loss``: the reduction, label smoothing)."""
         source, target = batch[0], batch[1]  # (B, S), (B, T + 1)
-        return self.model(source, target[:, :-1]), target[:, 1:]  # (B, T, V), (B, T)
+        return self.model(source, target[:, :-1], target[:, 1:], ignore_index=self.ids["pad"],
+                          **loss)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        log_probs, gold = self._log_probs(batch)
-        nats = F.cross_entropy(log_probs.flatten(0, 1).float(), gold.flatten(),
-                               ignore_index=self.ids["pad"], label_smoothing=self.label_smoothing)
-        return self.training_loss(nats)
+        return self.training_loss(self._nats(batch, label_smoothing=self.label_smoothing))
 
     def translate(self, source: torch.Tensor, beam: int) -> list[list[int]]:
         """Token ids of the best translation of each row of ``source`` (B, S)."""
@@ -77,11 +76,9 @@ class TranslationTask(Task):
                            length_penalty=self.length_penalty, device=source.device)
 
     def _eval_step(self, batch, split: str) -> None:
-        source, _, index = batch
-        log_probs, gold = self._log_probs(batch)
-        self.eval_nats.update(F.cross_entropy(log_probs.flatten(0, 1).float(), gold.flatten(),
-                                              ignore_index=self.ids["pad"], reduction="sum"))
-        self.eval_count.update((gold != self.ids["pad"]).sum())
+        source, target, index = batch
+        self.eval_nats.update(self._nats(batch, reduction="sum"))
+        self.eval_count.update((target[:, 1:] != self.ids["pad"]).sum())
         for i, ids in zip(index.tolist(), self.translate(source, self.beam[split])):
             self.hypotheses.append((i, self.detokenise(ids)))
 
