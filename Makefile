@@ -37,6 +37,8 @@ study: install  ## a whole study: make study EXPERIMENT=narang_activations (fini
 table: install  ## results/ -> tables + plots in results/tables/; each shipped reference's records -> its tables
 	$(BIN)/python -m xformer_bench.results --results-dir results --out results/tables || true
 	@for records in results/reference/*/records; do [ -d "$$records" ] || continue; \
+	  if [ -f "$${records%/records}/INCOMPLETE" ]; then \
+	    echo "skip $${records%/records}: $$(head -1 $${records%/records}/INCOMPLETE)"; continue; fi; \
 	  echo "$$records -> $${records%/records}"; \
 	  $(BIN)/python -m xformer_bench.results --results-dir $$records --out $${records%/records} \
 	    || exit 1; done
