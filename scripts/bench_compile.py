@@ -42,10 +42,12 @@ def main() -> None:
         print(row, flush=True)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU ({torch.get_num_threads()} threads)"
+    speed = ("speed not measured (--no-speed)" if args.no_speed else
+             f"speed-up of forward + backward at T = {args.length}, batch 1, 4 heads of 64 "
+             "(inductor against eager, fastest of 3)")
     lines = [f"torch.compile per attention option on {where}, torch {torch.__version__}: graph "
-             f"breaks of one causal layer forward (TorchDynamo's explain); speed-up of forward + "
-             f"backward at T = {args.length}, batch 1, 4 heads of 64 (inductor against eager, "
-             "fastest of 3).", "", "| option | full graph | breaks | eager ms | compiled ms | "
+             f"breaks of one causal layer forward (TorchDynamo's explain); {speed}.",
+             "", "| option | full graph | breaks | eager ms | compiled ms | "
              "speed-up | first break reasons |", "|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
         speed = (f"{r['eager_ms']:.1f} | {r['compiled_ms']:.1f} | {r['speedup']:.2f}x"
