@@ -202,8 +202,8 @@ def main() -> None:
 
 
 def _run_sweeps() -> None:
-    """The command line's sweep, or a study's sweeps with its ablation ladders, one after
-    another (:mod:`xformer_bench.ladder_sweeps`)."""
+    """The command line's sweep, or a study's sweeps (its ablation ladders, or its published
+    table's rows), one after another (:mod:`xformer_bench.ladder_sweeps`)."""
     from xformer_bench.errors import XbenchError
     from xformer_bench.ladder_sweeps import sweeps
 
@@ -216,7 +216,10 @@ def _run_sweeps() -> None:
         return
     for title, argv in planned:
         if title:
-            print(f"[xbench] {title}: xbench {' '.join(argv)}", flush=True)
+            print(f"[xbench] {title}" + (f": xbench {' '.join(argv)}" if argv else ""),
+                  flush=True)
+        if not argv:  # a planned row not run: its title says why
+            continue
         sys.argv = [program, *argv]
         _main()
 

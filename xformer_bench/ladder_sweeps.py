@@ -1,6 +1,7 @@
 """How ``xbench -m experiment=<study>`` runs a study's ablation ladders
 (:mod:`xformer_bench.ladder`): as Hydra sweeps one after another, each an ordinary xbench
-command line (printed first).
+command line (printed first).  A study whose rows are a published table's (``rows_from:``)
+runs one sweep per row: :mod:`xformer_bench.paper_rows`.
 
 A study declares ``ladders:``, either a list of model presets -- the study's own sweep runs as
 always, then each preset's rungs that are not already rows of it (``systems_lm``) -- or
@@ -27,12 +28,14 @@ from typing import Any
 from xformer_bench.config import compose_config
 from xformer_bench.errors import ConfigError
 from xformer_bench.ladder import DEFAULT_BASELINE, Ladder, Rung, ladder
+from xformer_bench.paper_rows import quoted
 from xformer_bench.preflight import MULTIRUN_FLAGS
 
 COMMAND_LINE = "command_line"
 """``ladders: command_line``: the ladders of the presets the command line names (``model=``)."""
 
 Sweep = tuple[str | None, list[str]]  # (what it runs, for the terminal; None: the study), argv
+# (empty: a planned row not run, its title saying why)
 
 
 def listed(value: Any) -> list[str]:
@@ -61,22 +64,27 @@ def _pins(chain: Ladder, rung: Rung, config: dict[str, Any]) -> list[str]:
 
 def _tag(chain: Ladder, rung: Rung) -> str:
     tag = chain.tag(rung)
-    name = str(tag["name"]).replace("\\", "\\\\").replace("'", "\\'")
-    return f"++ladder={{system:{tag['system']},rung:{tag['rung']},name:'{name}'}}"
+    name = quoted(str(tag["name"]))
+    return f"++ladder={{system:{tag['system']},rung:{tag['rung']},name:{name}}}"
 
 
 def sweeps(argv: list[str]) -> list[Sweep]:
     """The sweeps ``xbench argv`` runs, in order: ``[(None, argv)]`` unless its study declares
-    ladders; :class:`ConfigError` (one line) for a ladder that cannot be built."""
+    ladders, or rows from a published table (``rows_from``: :mod:`xformer_bench.paper_rows`,
+    one sweep per row); :class:`ConfigError` (one line) for a ladder that cannot be built."""
     studies = _given(argv, "experiment")
     if len(studies) != 1:
         return [(None, argv)]
     study = studies[0]
     config = compose_config(f"experiment={study}")
     declared = config.get("ladders")
+    multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
+    if config.get("rows_from") and multirun:
+        from xformer_bench import paper_rows
+
+        return paper_rows.sweeps(config, argv)
     if not declared:
         return [(None, argv)]
-    multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
     models = _given(argv, "model")
     if declared == COMMAND_LINE:
         if not models or not multirun:

@@ -6,8 +6,9 @@ agreement with the paper on the sign of its change against the baseline row, and
 lines: Spearman's rho and Kendall's tau-b between the measured and the published ordering of
 the rows, with a bootstrap interval over seeds (:mod:`paper`).
 
-A row is the paper's row whose override list holds in every one of its runs (the most specific
-when several do); the study's baseline row is the paper's baseline row.
+A row is the paper's row its runs were made for (``paper_row``: a study whose rows are the
+paper's), else the paper's row whose override list holds in every one of its runs (the most
+specific when several do); the study's baseline row is the paper's baseline row.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from xformer_bench.references import ReferenceRow, ReferenceTable
 from xformer_bench.results import paper
 from xformer_bench.results.columns import ColumnSpec, Runs
 from xformer_bench.results.table import Cell, Column, Row
+from xformer_bench.results.variants import paper_label
 
 SUFFIX = "_paper"
 AGREES, DISAGREES, WITHIN_NOISE = "agrees", "disagrees", "within noise"
@@ -51,6 +53,9 @@ def paper_row(runs: Runs, comparison: Comparison) -> ReferenceRow | None:
     table, baseline = comparison.table, comparison.baseline
     if not runs:
         return None
+    named = paper_label(runs)  # made for the paper's row (a rows_from study)
+    if named is not None and named in {row.label for row in table.rows}:
+        return table.row(named)
     if table.baseline and baseline and all(_holds(f"{g}={o}", r)
                                            for r in runs for g, o in baseline.items()):
         return table.row(table.baseline)

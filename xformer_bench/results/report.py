@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from xformer_bench.paper_rows import not_run_lines
 from xformer_bench.results import confounds, csv_table, latex, markdown, regression
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
@@ -92,6 +94,7 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
             log(f"warning: {experiment}: {warning}")
         table = build_table(experiment, variants, study_baseline(experiment),
                             study_allowed_differences(experiment), study_reference(experiment))
+        table = replace(table, summary=(*table.summary, *not_run_lines(experiment, rows)))
         for row in table.rows:  # one line per row that differs in what the study did not declare
             line = confounds.warning(experiment, row.label, list(row.differences))
             if line:

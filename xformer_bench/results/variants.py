@@ -10,6 +10,7 @@ datasets (their sizes, a preset per domain) is not either.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,8 +118,24 @@ def _naming_facets(keys: list[Key], varying: list[str], groups: list[str],
     return named if named and len(distinct) == len(keys) else varying
 
 
+def paper_label(records: Sequence[dict[str, Any]]) -> str | None:
+    """The paper row the runs were made for (``paper_row``, :mod:`xformer_bench.paper_rows`),
+    when they all name the same one."""
+    labels = {r["config"].get("paper_row") for r in records}
+    return str(labels.pop()) if len(labels) == 1 and None not in labels else None
+
+
+def _paper_order(records: list[dict[str, Any]]) -> list[str]:
+    """The row labels of the published table the runs' rows come from (``rows_from``)."""
+    from xformer_bench.references import load
+
+    names = {r["config"].get("rows_from") for r in records} - {None}
+    return [row.label for row in load(str(names.pop())).rows] if len(names) == 1 else []
+
+
 def group_variants(records: list[dict[str, Any]]) -> list[Variant]:
-    """The experiment's variants, in sweep order when declared, else by label."""
+    """The experiment's variants, in sweep order when declared, else by label; rows made for a
+    published table's rows are labelled and ordered as the paper prints them."""
     varying, groups = varying_facets(records), row_groups(records)
     by_key: dict[Key, list[dict[str, Any]]] = {}
     for record in records:
@@ -130,12 +147,15 @@ def group_variants(records: list[dict[str, Any]]) -> list[Variant]:
     for key, members in by_key.items():
         members.sort(key=lambda r: (data_of(r), _seed_order(r["seed"]), r["run_id"]))
         label_key = tuple((n, v) for n, v in key if n in named)
-        variants.append(Variant(key, label_of(members[0], label_key), tuple(members)))
+        variants.append(Variant(key, paper_label(members) or label_of(members[0], label_key),
+                                tuple(members)))
+    paper = _paper_order(records)
 
     def position(variant: Variant) -> tuple:
         ranks = tuple(sweep[n].index(v) if v in sweep.get(n, []) else len(sweep.get(n, []))
                       for n, v in variant.key)
-        return ranks, variant.label, variant.key
+        in_paper = paper.index(variant.label) if variant.label in paper else len(paper)
+        return in_paper, ranks, variant.label, variant.key
 
     return sorted(variants, key=position)
 
