@@ -29,6 +29,7 @@ from xformer_bench.config import compose_config
 from xformer_bench.errors import ConfigError
 from xformer_bench.ladder import DEFAULT_BASELINE, Ladder, Rung, ladder
 from xformer_bench.paper_rows import quoted
+from xformer_bench.paper_rows import sweeps as paper_row_sweeps
 from xformer_bench.preflight import MULTIRUN_FLAGS
 
 COMMAND_LINE = "command_line"
@@ -80,9 +81,7 @@ def sweeps(argv: list[str]) -> list[Sweep]:
     declared = config.get("ladders")
     multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
     if config.get("rows_from") and multirun:
-        from xformer_bench import paper_rows
-
-        return paper_rows.sweeps(config, argv)
+        return paper_row_sweeps(config, argv)
     if not declared:
         return [(None, argv)]
     models = _given(argv, "model")
