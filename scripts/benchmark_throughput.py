@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from xformer_bench.config import compose_config
 from xformer_bench.models.build import build_model
 from xformer_bench.models.flops import training_step_flops
-from xformer_bench.models.step_updates import apply_pending_updates
+from xformer_bench.core.step_updates import apply_pending_updates
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""FlexAttention against the hand-written sparse kernels and full SDPA (:mod:`xformer_bench.attention._flex`).
+"""FlexAttention against the hand-written sparse kernels and full SDPA (:mod:`xformer_bench.attention._ops.flex`).
 
 Per pattern at its YAML defaults (causal) and length: the max abs error of flex against the
 hand-written kernel (forward and q/k/v gradients; on CPU forward only, flex has no CPU
@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from xformer_bench.attention import _flex
+from xformer_bench.attention._ops import flex as _flex
 from xformer_bench.bench.peak_memory import peak_bytes
 from xformer_bench.config import compose_config
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 PATTERNS = ("local", "block_local", "dilated", "strided", "fixed", "longformer", "bigbird")

@@ -18,7 +18,7 @@ __import__("lightning")  # its log handler binds to the session's stream here, n
 # stream of whichever test's capsys happens to import it first (closed after that test)
 
 from xformer_bench.config import choice_groups, compose_config  # noqa: E402,F401 -- tests import it
-from xformer_bench.models.dims import ModelDims  # noqa: E402
+from xformer_bench.core.dims import ModelDims  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

@@ -93,9 +93,9 @@ def decode_step_by_step(model: torch.nn.Module, tokens: torch.Tensor,
                         prefix: int = 1) -> torch.Tensor:
     """Log-probabilities (B, T, V) of a TransformerLM fed ``tokens`` (B, T) through its key/value
     cache: the first ``prefix`` tokens in one step, then one token per step."""
-    from xformer_bench.models.kv_cache import KVCache
+    from xformer_bench.core.decode_cache import DecodeCache
 
-    cache = KVCache()
+    cache = DecodeCache()
     steps = [model.decode(tokens[:, :prefix], cache)]
     for i in range(prefix, tokens.shape[1]):
         steps.append(model.decode(tokens[:, i:i + 1], cache))
@@ -194,13 +194,13 @@ DECLARED_HOST_SYNCS: dict[str, dict[str, str]] = {
             "N steps would need a margin the spans can outgrow",
     },
     "attention=clustered": {
-        "xformer_bench/attention/_clustering.py:chunk_by_cluster":
+        "xformer_bench/attention/_ops/clustering.py:chunk_by_cluster":
             "the chunk count G is the largest sum over clusters of ceil(size / w) of the "
             "step's k-means clusters, a shape read once per layer and step; the static bound "
             "N / w + C would pad up to ~1.3x the chunks with empty ones",
     },
     "attention=routing": {
-        "xformer_bench/attention/_clustering.py:chunk_by_cluster":
+        "xformer_bench/attention/_ops/clustering.py:chunk_by_cluster":
             "routing heads: the chunk count G follows the sizes of the step's online k-means "
             "clusters (one read per layer and step; the local heads' count comes from the "
             "shapes); the static bound T / w + S / window + C would pad with empty chunks",

@@ -12,7 +12,7 @@ import yaml
 from conftest import compose_config
 from xformer_bench.activation import FeedForward, GatedFeedForward
 from xformer_bench.cli import CONF_DIR
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.registry import ACTIVATION
 

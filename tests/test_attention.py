@@ -16,7 +16,7 @@ from references import (BOUNDARY_KEYS, BOUNDARY_KWARGS, BOUNDARY_SEQ_LEN,
 from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.position import PairBias
@@ -171,8 +171,8 @@ def test_shared_key_value_heads_equal_attention_with_repeated_heads(tiny_dims, n
     """Multi-query (1) and grouped-query (2) attention: every query head of a group attends
     with its group's one key/value head; at n_kv_heads = n_heads it is multi-head attention."""
     from xformer_bench.attention.full import FullAttention
-    from xformer_bench.models.attention_layer import MultiHeadAttention
-    from xformer_bench.models.context import ForwardContext
+    from xformer_bench.attention.multi_head import MultiHeadAttention
+    from xformer_bench.core.context import ForwardContext
     from xformer_bench.position import Position
 
     torch.manual_seed(3)

@@ -18,8 +18,8 @@ from references import causal_mask, masked_softmax_attention, query_key_position
 from xformer_bench.attention.clustered import hamming_kmeans
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.step_updates import apply_pending_updates
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.step_updates import apply_pending_updates
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.registry import ATTENTION
 
@@ -353,7 +353,7 @@ def test_clustered_is_refused_in_the_decoder_lm():
 def test_one_clusters_chunk_count_from_the_shapes_is_the_one_counted_on_the_device():
     """Routing's local heads (one cluster) lay out their chunks without reading the count back
     from the device (tests/test_host_sync.py): the count from the shapes is the counted one."""
-    from xformer_bench.attention._clustering import chunk_by_cluster, one_cluster_chunks
+    from xformer_bench.attention._ops.clustering import chunk_by_cluster, one_cluster_chunks
 
     for s in (1, 5, 16, 17, 33):
         for t in sorted({1, min(2, s), s // 2 or 1, s - 1 or 1, s}):

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from references import masked_softmax_attention
-from xformer_bench.attention._conv import dynamic_kernel_conv
+from xformer_bench.attention._ops.conv import dynamic_kernel_conv
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.position import Position
 

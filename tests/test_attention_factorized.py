@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from references import masked_softmax_attention
-from xformer_bench.attention._factorized import balanced_width
+from xformer_bench.attention._ops.factorized import balanced_width
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

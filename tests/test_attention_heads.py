@@ -14,8 +14,8 @@ from references import masked_softmax_attention
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.block import Block
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.position import PairBias, Position

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from references import kernel_attention, kernel_attention_recurrence
-from xformer_bench.attention._feature_maps import feature_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.feature_maps import feature_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 DIMS = ModelDims(d_model=32, n_heads=2, n_layers=2, d_ff=64, seq_len=32, vocab_size=256)

@@ -18,8 +18,8 @@ from xformer_bench.attention.linformer import LinformerAttention
 from xformer_bench.attention.memory_compressed import MemoryCompressedAttention
 from xformer_bench.attention.nystromformer import NystromAttention, iterative_pinv, segment_means
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.init import default_initialised
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.init import default_initialised
 from xformer_bench.models.token_mixer import build_token_mixer
 
 

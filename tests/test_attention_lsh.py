@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from references import band_mask, causal_mask, masked_softmax_attention, query_key_positions
 from xformer_bench.attention.lsh import LSHAttention, bucket_factors, hash_buckets
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import Position
 from xformer_bench.registry import POSITION
 

@@ -11,12 +11,12 @@ import torch.nn.functional as F
 
 from references import masked_softmax_attention, query_key_positions
 from test_attention_zoo import LargestAllocation, largest_allocation
-from xformer_bench.attention._logits import band_attention, plus_distance_term
+from xformer_bench.attention._ops.logits import band_attention, plus_distance_term
 from xformer_bench.attention.adaptive_span import AdaptiveSpanAttention
 from xformer_bench.attention.full import FullAttention
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.position import PairBias, Position
 from xformer_bench.registry import ATTENTION

@@ -10,7 +10,7 @@ import torch
 
 from references import masked_softmax_attention
 from xformer_bench.attention.sinkhorn import SinkhornAttention, sinkhorn
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 
 DIMS = ModelDims(d_model=32, n_heads=2, n_layers=2, d_ff=64, seq_len=32, vocab_size=256)
 

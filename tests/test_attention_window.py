@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from references import band_mask, causal_mask, masked_softmax_attention, query_key_positions
-from xformer_bench.attention._window import window_reach
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.window import window_reach
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

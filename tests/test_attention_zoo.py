@@ -23,9 +23,9 @@ from torch.utils._pytree import tree_leaves
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.attention.fixed import FixedAttention
 from xformer_bench.config import CONF_DIR
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.position import Position
 

@@ -18,7 +18,7 @@ from references import BOUNDARY_KEYS, BOUNDARY_KWARGS, BOUNDARY_SEQ_LEN, decode_
 from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.kv_cache import cache_blocker
+from xformer_bench.models.cached_decoding import cache_blocker
 from xformer_bench.registry import ATTENTION
 
 CACHEABLE = ("block_local", "dilated", "fixed", "full", "gaussian_prior", "grouped_query",
@@ -98,7 +98,7 @@ def blocks_from_the_first_query(monkeypatch):
     """Plant the old layout of the windowed kernels' shared windows: blocks cut from the
     first query given (a one-query decode step got a block of its own) instead of at
     absolute positions."""
-    from xformer_bench.attention import _window
+    from xformer_bench.attention._ops import window as _window
 
     caches = (_window._pairs, _window._floor_mask, _window._window_index)
     for cache in caches:

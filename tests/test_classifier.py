@@ -12,8 +12,8 @@ import torch
 from xformer_bench.config import CONF_DIR
 from xformer_bench.data.example_batches import ExampleDataModule
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.models.transformer_classifier import TransformerClassifier, encoder_length
 from xformer_bench.position import Position

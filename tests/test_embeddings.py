@@ -7,7 +7,7 @@ import torch
 
 from conftest import compose_config
 from xformer_bench.models.build import build_model
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.embedding.factorized import FactorizedEmbedding
 from xformer_bench.embedding.lookup import LookupEmbedding
 from xformer_bench.heads.mixture_of_softmaxes import MixtureOfSoftmaxes

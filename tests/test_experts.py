@@ -17,8 +17,8 @@ import yaml
 from xformer_bench.config import CONF_DIR
 from xformer_bench.ffn import RoutedExperts, route
 from xformer_bench.ffn.product_key_memory import ProductKeyMemory
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import Position
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.registry import FFN

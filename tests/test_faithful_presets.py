@@ -54,7 +54,7 @@ def _stream_growth(*overrides: str, length: int = 512, width: int = 128) -> list
 
 
 def model_context(model):
-    from xformer_bench.models.context import ForwardContext
+    from xformer_bench.core.context import ForwardContext
 
     return ForwardContext(model.position, causal=False)
 

@@ -1,4 +1,4 @@
-"""The FlexAttention path of the sparse patterns (:mod:`xformer_bench.attention._flex`) against
+"""The FlexAttention path of the sparse patterns (:mod:`xformer_bench.attention._ops.flex`) against
 their hand-written kernels, per pattern, causal and bidirectional where provided:
 
 (a) the mask_mod's dense mask is exactly the set of pairs the hand-written kernel attends
@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from references import BOUNDARY_KWARGS, BOUNDARY_SEQ_LEN
-from xformer_bench.attention import _flex
-from xformer_bench.attention._flex import dense_mask, flex_forward
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops import flex as _flex
+from xformer_bench.attention._ops.flex import dense_mask, flex_forward
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

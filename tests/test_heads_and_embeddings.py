@@ -14,7 +14,7 @@ from xformer_bench.embedding.lookup import LookupEmbedding
 from xformer_bench.errors import ConfigError
 from xformer_bench.heads.adaptive_softmax import AdaptiveSoftmax
 from xformer_bench.models.build import RETIRED, build_model, embedding_and_head
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_seq2seq import EncoderDecoder
 from xformer_bench.results.record import run_identity
 from xformer_bench.targets import IGNORE_INDEX

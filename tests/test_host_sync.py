@@ -26,8 +26,8 @@ from conftest import SMALL_DIMS, TINY_RUN, compose_config, seeded_model, seeded_
 from host_syncs import location, recording_host_syncs, summary
 from references import BOUNDARY_KWARGS, DECLARED_HOST_SYNCS
 from test_attention_zoo import OPTIONS, mixer
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.step_updates import apply_pending_updates
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.step_updates import apply_pending_updates
 from xformer_bench.position import Position
 from xformer_bench.tasks.optimization import adamw_with_schedule
 

@@ -14,8 +14,8 @@ from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups, compo
 from xformer_bench.models import block as block_module
 from xformer_bench.models import body as body_module
 from xformer_bench.models.build import build_model
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.init import STANDARD_LAYERS, default_initialised, init_weights
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.init import STANDARD_LAYERS, default_initialised, init_weights
 from xformer_bench.models.token_mixer import build_token_mixer
 
 GROUPS = tuple(g for g in choice_groups() if g not in PLUMBING_GROUPS)
@@ -60,7 +60,7 @@ def test_the_default_touches_only_standard_layers_left_at_torch_defaults(monkeyp
         assert isinstance(owner, STANDARD_LAYERS)
         assert at_torch_default(owner, n, before[n]), (
             f"{n} was initialised by its builder but is not marked: the model-wide default "
-            "would overwrite it (call models.init.mark_initialised)")
+            "would overwrite it (call core.init.mark_initialised)")
     init_weights(model, d_model=32, n_layers=2)
     for n, p in model.named_parameters():
         if n not in defaulted:
@@ -71,7 +71,7 @@ def test_a_marked_or_raw_parameter_survives_the_default():
     layer = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
     layer.raw = nn.Parameter(torch.full((3, 3), 7.0))
     nn.init.constant_(layer[1].weight, 5.0)
-    from xformer_bench.models.init import mark_initialised
+    from xformer_bench.core.init import mark_initialised
 
     mark_initialised(layer[1].weight)
     unmarked = layer[0].weight.detach().clone()

@@ -12,7 +12,7 @@ import torch
 
 from xformer_bench.data.byte_windows import ByteLMDataModule
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.tasks.lm import LanguageModelTask
 from xformer_bench.metric_spec import BITS_PER

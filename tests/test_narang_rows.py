@@ -14,8 +14,8 @@ from conftest import SMALL_DIMS, changed_future, choice_groups, compose_config, 
 
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_seq2seq import EncoderDecoder
 from xformer_bench.position import Position
 

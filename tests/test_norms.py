@@ -14,9 +14,9 @@ from torch import nn
 from conftest import compose_config
 from xformer_bench.errors import ConfigError
 from xformer_bench.config import CONF_DIR
-from xformer_bench.models.attention_layer import MultiHeadAttention
+from xformer_bench.attention.multi_head import MultiHeadAttention
 from xformer_bench.models.block import PLACEMENTS, Block
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.models.build import build_model
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.norm.fixup import Fixup, fixup_scale
@@ -294,7 +294,7 @@ def test_every_norm_yaml_builds_a_shape_preserving_norm():
 
 
 def test_placement_and_norm_compose_from_the_command_line():
-    from xformer_bench.models.dims import ModelDims
+    from xformer_bench.core.dims import ModelDims
 
     config = compose_config("norm=rezero_rmsnorm", "model.norm_placement=sandwich")
     m = config["model"]

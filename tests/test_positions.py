@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.config import CONF_DIR
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.position.alibi import alibi_slopes
 from xformer_bench.position.t5 import relative_position_bucket

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position._axes import coordinates, default_grid
 from xformer_bench.position.axial import AxialPosition
 from xformer_bench.position.factorized import FactorizedPosition

@@ -185,7 +185,7 @@ def test_decode_step_by_step_feeds_the_prefix_then_one_token_per_step_through_on
 
 
 def test_decode_step_by_step_of_a_small_lm_is_its_forward_pass():
-    from xformer_bench.models.dims import ModelDims
+    from xformer_bench.core.dims import ModelDims
     from xformer_bench.models.transformer_lm import TransformerLM
 
     dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=16, vocab_size=64)

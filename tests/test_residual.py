@@ -11,7 +11,7 @@ from conftest import compose_config, run_tiny
 from xformer_bench.bench.peak_memory import peak_bytes
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.models.residual import GATE_BIAS, GRUGate
 from xformer_bench.models.residual_attention import ResidualAttention
 from xformer_bench.position import Position

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import SMALL_DIMS, run_tiny, seeded_model
-from xformer_bench.models.kv_cache import KVCache, cache_blocker
+from xformer_bench.core.decode_cache import DecodeCache
+from xformer_bench.models.cached_decoding import cache_blocker
 from xformer_bench.registry import POSITION
 from xformer_bench.sample import Decoder, generate, main, sampling_probs
 
@@ -42,13 +43,13 @@ def test_each_cached_step_scores_as_the_full_recompute(overrides):
             cached = decoder.next_logprobs(tokens[:, :n])  # (B, V)
             torch.testing.assert_close(cached, model(tokens[:, :n])[:, -1], atol=1e-5, rtol=0)
     assert decoder.cache is not None and decoder.cache.length == tokens.shape[1] - 1
-    assert len(decoder.cache.keys) == 2  # one entry per application, shared block or not
+    assert len(decoder.cache.slots) == 2  # one slot per application, shared block or not
 
 
 def test_multi_query_caches_one_key_head():
     decoder = Decoder(model_of("attention=multi_query"), WINDOW)
     decoder.next_logprobs(prompt())
-    assert decoder.cache.keys[0].shape == (2, 1, 4, 16)  # (B, H_kv, S, Dh)
+    assert decoder.cache.slots[0]["keys"].shape == (2, 1, 4, 16)  # (B, H_kv, S, Dh)
 
 
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"top_k": 1}])
@@ -61,14 +62,21 @@ def test_greedy_generation_is_the_same_with_and_without_the_cache(sampling):
 
 
 def test_the_cache_rejects_a_model_it_was_not_filled_by():
-    cache = KVCache()
-    model_of().decode(prompt(), cache)  # two layers: two entries of 4 positions
-    k, v = cache.keys[0][:, :, :1], cache.values[0][:, :, :1]  # (B, H_kv, 1, Dh)
-    cache.begin_step()
+    cache = DecodeCache()
+    model_of().decode(prompt(), cache)  # two layers: two slots of 4 positions
+    k, v = cache.slots[0]["keys"][:, :, :1], cache.slots[0]["values"][:, :, :1]  # (B, H_kv, 1, Dh)
+    cache.begin_step(1)
     cache.extend(k, v)
     cache.extend(k, v)
-    with pytest.raises(RuntimeError, match="no entry for attention application 2"):
+    with pytest.raises(RuntimeError, match="no slot for mixer application 2"):
         cache.extend(k, v)
+
+
+def test_the_cache_rejects_keys_of_another_length():
+    cache = DecodeCache()
+    cache.begin_step(3)
+    with pytest.raises(RuntimeError, match="cached 2 positions, expected 3"):
+        cache.extend(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4))
 
 
 def test_temperature_scales_the_logits():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_seq2seq import EncoderDecoder
 
 DIMS = ModelDims(d_model=32, n_heads=2, n_layers=2, d_ff=64, seq_len=16, vocab_size=20)

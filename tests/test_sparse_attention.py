@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from references import band_mask, causal_mask, masked_softmax_attention
-from xformer_bench.attention._sparse import block_sparse_attention, masked_attention
+from xformer_bench.attention._ops.sparse import block_sparse_attention, masked_attention
 from xformer_bench.position import PairBias
 
 

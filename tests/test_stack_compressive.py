@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from conftest import compose_config, run_tiny
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.stacks._compression import build_compressor
 
 T, D, H = 4, 16, 2  # segment length, width, heads

@@ -13,7 +13,7 @@ import torch
 
 from conftest import changed_future, SMALL_DIMS, seeded_model, seeded_tokens
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 
 SMALL = ("stack=conditional", *SMALL_DIMS)
 VOCAB = 64

@@ -9,7 +9,7 @@ import torch
 from conftest import compose_config
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.position import Position
 
 SMALL = ("stack=funnel", "model.d_model=16", "model.n_heads=2", "model.n_layers=4",

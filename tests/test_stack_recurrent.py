@@ -15,8 +15,8 @@ from xformer_bench.data.byte_windows import ByteLMDataModule, StreamWindows
 from xformer_bench.data.eval_streams import StreamEvalWindows
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position.xl_relative import XLRelativePosition
 from xformer_bench.targets import IGNORE_INDEX
 

@@ -13,7 +13,7 @@ from conftest import compose_config
 from xformer_bench.bench.peak_memory import peak_bytes
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.stacks.reversible import ReversibleStack, branch
 
 V = 64

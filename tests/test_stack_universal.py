@@ -10,7 +10,7 @@ import torch
 
 from conftest import changed_future, compose_config, declared_refusals, SMALL_DIMS, seeded_model, seeded_tokens
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 
 SMALL = ("stack=universal", *SMALL_DIMS)
 VOCAB = 64

@@ -78,7 +78,7 @@ def test_memory_stacks_refuse_mixers_without_longer_keys_in_one_line(stack, atte
     """Declared, not special-cased: the stack's need of longer keys is the message (for causal
     LSH the only refusal; FNet is refused first for being bidirectional)."""
     from xformer_bench.models.capabilities import Part, unmet
-    from xformer_bench.models.dims import ModelDims
+    from xformer_bench.core.dims import ModelDims
     from xformer_bench.models.token_mixer import build_token_mixer
     from xformer_bench.registry import STACK
 

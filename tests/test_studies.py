@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from xformer_bench.config import CONF_DIR
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 
 STUDIES = sorted(p for p in (CONF_DIR / "experiment").glob("*.yaml")

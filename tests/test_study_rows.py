@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from conftest import compose_config
 from xformer_bench.config import CONF_DIR
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 
 ROWS = CONF_DIR / "study_rows"

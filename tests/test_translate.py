@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from xformer_bench.data.example_batches import ExampleDataModule
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_seq2seq import EncoderDecoder
 from xformer_bench.tasks.translate import TranslationTask
 

@@ -12,8 +12,8 @@ invalid bytes replaced; ``--benchmark`` prints one line instead: decode tokens/s
 without the key/value cache.
 
 How.  :class:`Decoder` gives the next token's log-probs of a growing sequence: with a
-:class:`~xformer_bench.models.kv_cache.KVCache` when the model allows one (``stack=standard``
-with cacheable attention; ``kv_cache.cache_blocker``), else by recomputing the last
+:class:`~xformer_bench.core.decode_cache.DecodeCache` when the model allows one (``stack=standard``
+with cacheable attention; ``cached_decoding.cache_blocker``), else by recomputing the last
 ``data.seq_len`` tokens each step.  :func:`sampling_probs` turns log-probs into the sampling
 distribution (temperature, then top-k, then top-p nucleus; temperature 0 is greedy) and a
 seeded ``torch.Generator`` draws from it.
@@ -38,7 +38,8 @@ from typing import Any
 import torch
 
 from xformer_bench.errors import XbenchError
-from xformer_bench.models.kv_cache import KVCache, cache_blocker
+from xformer_bench.core.decode_cache import DecodeCache
+from xformer_bench.models.cached_decoding import cache_blocker
 
 
 def sampling_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -74,7 +75,7 @@ class Decoder:
     def __init__(self, model: torch.nn.Module, window: int, use_cache: bool = True):
         self.model, self.window = model, window
         self.blocker = "--no-cache" if not use_cache else cache_blocker(model)
-        self.cache = KVCache() if self.blocker is None else None
+        self.cache = DecodeCache() if self.blocker is None else None
         self.offset = 0  # tokens left out before the cache's position 0 (a long prompt)
 
     @torch.no_grad()

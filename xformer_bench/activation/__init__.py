@@ -18,8 +18,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 
 PARAM_MATCHED_SCALE = 2 / 3
 """Hidden-width factor that gives a gated layer (three matrices) the parameter count of

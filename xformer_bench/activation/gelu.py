@@ -3,7 +3,7 @@
 import torch.nn.functional as F
 
 from xformer_bench.activation import FeedForward
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ACTIVATION
 
 

@@ -4,7 +4,7 @@
 import torch
 
 from xformer_bench.activation import PARAM_MATCHED_SCALE, GatedFeedForward
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ACTIVATION
 
 

@@ -4,7 +4,7 @@ Narang et al. (2021)."""
 import torch.nn.functional as F
 
 from xformer_bench.activation import FeedForward
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ACTIVATION
 
 

@@ -1,13 +1,13 @@
 """The ``attention`` group: token mixers, the sublayer that moves information between positions.
 
-A registered builder takes ``dims`` (:class:`~xformer_bench.models.dims.ModelDims`) plus the
+A registered builder takes ``dims`` (:class:`~xformer_bench.core.dims.ModelDims`) plus the
 keys of its YAML and returns one of two kinds of module, told apart by base class:
 
 * an :class:`AttentionKernel` -- ``kernel(q, k, v, *, causal, bias=None, key_padding_mask=None,
   layer=0)`` over (B, H, T, Dh) queries and (B, H, S, Dh) keys and values (S >= T: the queries
   are the last T positions; ``layer`` is ``ctx.layer``, for patterns that alternate or are drawn
   per layer).  The model wraps it in
-  :class:`~xformer_bench.models.attention_layer.MultiHeadAttention`, the one home of the q/k/v
+  :class:`~xformer_bench.attention.multi_head.MultiHeadAttention`, the one home of the q/k/v
   and output projections; a kernel that needs parameters of its own owns them.
 * a :class:`TokenMixer` -- ``mixer(x, ctx) -> x`` over (B, T, D), the whole sublayer: a layer
   with no queries or keys (FNet, MLP-Mixer, gMLP), or attention with projections of its own
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from xformer_bench.models.context import ForwardContext
+    from xformer_bench.core.context import ForwardContext
     from xformer_bench.position import PairBias
 
 CAPABILITIES = {
@@ -53,6 +53,10 @@ class AttentionKernel(nn.Module):
     provides: frozenset[str] = EXACT_ATTENTION
     sub_quadratic: bool = False
     """Its paper claims time and memory below T^2: the allocation test holds it to that."""
+    decodes_by_position: bool = True
+    """Its pattern is laid out by absolute position, so queries given one at a time against
+    cached keys score as the forward pass does (axial attention's grid is laid over the
+    queries it is given: False)."""
 
     def forward(
         self,
@@ -75,6 +79,11 @@ class TokenMixer(nn.Module):
 
     provides: frozenset[str] = frozenset()
     sub_quadratic: bool = False
+    decode_state: str = "none"
+    """What it keeps between incremental decoding steps, one of
+    :data:`~xformer_bench.core.decode_cache.DECODE_STATES`: ``keys_values`` (multi-head attention
+    over cacheable keys), ``recurrent`` (it reads and writes ``ctx.cache.slot()["state"]``) or
+    ``none`` (the caller recomputes the window)."""
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         raise NotImplementedError

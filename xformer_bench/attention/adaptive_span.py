@@ -24,7 +24,7 @@ span starts at the ramp alone).  The penalty is their ``get_loss``: lambda * S *
 
 **Cost** falls as the spans shrink: a query attends only the keys within the current largest
 reach ceil(max_h z_h) + R (at most S; the authors' ``get_current_max_size``), gathered blockwise
-(:func:`~xformer_bench.attention._logits.band_attention`): O(T * reach), never T x T while the
+(:func:`~xformer_bench.attention._ops.logits.band_attention`): O(T * reach), never T x T while the
 reach is short.  Once the reach covers all n keys of the call (reach >= n) a band would gather
 more keys than there are (reach plus a block of up to 128 per query, twice the reach
 bidirectional: 1.06 n^2 causal, 2.06 n^2 bidirectional per head at n = 2048), so the kernel
@@ -47,11 +47,11 @@ import torch
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._logits import NEGATIVE, band_attention, plus_distance_term
+from xformer_bench.attention._ops.logits import NEGATIVE, band_attention, plus_distance_term
 from xformer_bench.attention.full import FullAttention
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 
@@ -131,6 +131,8 @@ class AdaptiveSpanKernel(AttentionKernel):
 class AdaptiveSpanAttention(MultiHeadAttention):
     """Multi-head attention whose kernel is :class:`AdaptiveSpanKernel`; in training it adds
     the span penalty to the context's auxiliary losses."""
+
+    decode_state = "none"  # not checked against the forward pass with cached keys
 
     def __init__(self, dims: ModelDims, max_span: int = 8192, ramp: int = 32,
                  span_penalty: float = 2e-6, init_span: float = 0.0):

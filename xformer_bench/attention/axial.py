@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import math
 
-from xformer_bench.attention._factorized import Blocks, Columns, FactorizedAttention, Part
+from xformer_bench.attention._ops.factorized import Blocks, Columns, FactorizedAttention, Part
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 
 @ATTENTION.register("axial")
 class AxialAttention(FactorizedAttention):
     option = "axial"
+    decodes_by_position = False  # its grid is laid over the queries it is given
 
     def __init__(self, dims: ModelDims, rows: int | None = None, cols: int | None = None,
                  mode: str = "interleaved"):

@@ -17,7 +17,7 @@ code draws per head).  A block with fewer candidates than ``random_blocks`` take
 
 Computed blockwise: each query block's window blocks, the global blocks and its random blocks
 are gathered side by side and one softmax runs over all
-(:func:`~xformer_bench.attention._window.windowed_attention`): O(T * b * (window + global +
+(:func:`~xformer_bench.attention._ops.window.windowed_attention`): O(T * b * (window + global +
 random blocks)); the global blocks' query rows are a dense pass over those rows only, O(g * T)
 (O(g^2) when causal).
 
@@ -32,9 +32,9 @@ import math
 import torch
 
 from xformer_bench.attention import EXACT_ATTENTION, AttentionKernel
-from xformer_bench.attention._flex import WindowPattern, flex_dispatch
-from xformer_bench.attention._window import windowed_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.window import windowed_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

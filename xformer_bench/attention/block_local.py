@@ -14,7 +14,7 @@ paper's encoder uses full attention; this follows tensor2tensor's unmasked
 lie at absolute positions (block n holds positions n l_q .. (n + 1) l_q - 1, the queries being
 the last T of the S keys), so a decode step over cached keys sees what the full pass sees.
 Cost O(T * (block + memory)), computed by
-:func:`~xformer_bench.attention._window.windowed_attention`.
+:func:`~xformer_bench.attention._ops.window.windowed_attention`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._flex import WindowPattern, flex_dispatch
-from xformer_bench.attention._window import windowed_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.window import windowed_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

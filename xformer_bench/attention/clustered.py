@@ -41,10 +41,10 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._clustering import chunk_by_cluster, cluster_sums, gather_rows, unchunk
-from xformer_bench.attention._sparse import masked_attention
+from xformer_bench.attention._ops.clustering import chunk_by_cluster, cluster_sums, gather_rows, unchunk
+from xformer_bench.attention._ops.sparse import masked_attention
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

@@ -6,7 +6,7 @@ each query attends ``window`` keys, every d-th position, over a receptive field 
     W(i) = {i, i - d, ..., i - (w - 1) d}  (causal),   {i + m d : |m| <= w / 2}  (bidirectional).
 
 Computed as local attention within each of d lanes (positions r, r + d, r + 2d, ...), where
-the dilated band is contiguous (:func:`~xformer_bench.attention._window.windowed_attention`):
+the dilated band is contiguous (:func:`~xformer_bench.attention._ops.window.windowed_attention`):
 O(T * w), whatever d.  Longformer dilates only some heads of the upper layers; this kernel
 dilates every head of every layer it is used in (mix it with ``local`` per layer for the
 paper's arrangement).  The default, 256 keys at dilation 2 (receptive field 511), keeps the
@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._flex import WindowPattern, flex_dispatch
-from xformer_bench.attention._window import band_block, window_reach, windowed_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

@@ -16,7 +16,7 @@ default here is 0.0).  W^Q takes the model's initialisation like every linear la
 Computed without any T x T tensor, nor a (B, T, d, k) one: positions in blocks of
 L = max(k, 32), each block's kernels laid out as a banded (L, L + k - 1) matrix times its
 L + k - 1 inputs, one batched matmul; O(T (L + k) d) time, O(T d + T H (L + k)) memory
-(``sub_quadratic``).  Shared core: :mod:`xformer_bench.attention._conv`.
+(``sub_quadratic``).  Shared core: :mod:`xformer_bench.attention._ops.conv`.
 
 Causal: output i reads G_{i-k+1} .. G_i (left padding, the paper's decoder).  Bidirectional: a
 centred kernel, which needs an odd k (an even width declares causal use only; a bidirectional
@@ -32,7 +32,7 @@ keys or token pairs: no rotary, no additive position bias.
 
 from __future__ import annotations
 
-from xformer_bench.attention._conv import ConvMixer
+from xformer_bench.attention._ops.conv import ConvMixer
 from xformer_bench.registry import ATTENTION
 
 

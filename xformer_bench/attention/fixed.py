@@ -27,10 +27,10 @@ torch.compile: not one graph (the factorised layout (as axial); tests/test_compi
 
 from __future__ import annotations
 
-from xformer_bench.attention._factorized import AUTO, Blocks, FactorizedAttention, Part, Summary
-from xformer_bench.attention._flex import FactorizedPattern, flex_dispatch
+from xformer_bench.attention._ops.factorized import AUTO, Blocks, FactorizedAttention, Part, Summary
+from xformer_bench.attention._ops.flex import FactorizedPattern, flex_dispatch
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import TokenMixer
-from xformer_bench.attention._token_mlp import drop_padding
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.token_mlp import drop_padding
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 FFT_NORMS = ("backward", "ortho", "forward")

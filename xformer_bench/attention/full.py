@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from xformer_bench.attention import EXACT_ATTENTION, AttentionKernel
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

@@ -18,7 +18,7 @@ Without ``window`` every pair is computed (dense logits plus the prior, O(T S)).
 ``window`` a query attends only its ``window`` nearest keys -- the previous ``window`` (itself
 included) when causal, ``window // 2`` on each side otherwise, as the ``local`` option -- and
 the prior is evaluated on the gathered pairs only
-(:func:`~xformer_bench.attention._logits.band_attention`): O(T * window), never T x T; a
+(:func:`~xformer_bench.attention._ops.logits.band_attention`): O(T * window), never T x T; a
 window that covers every key takes the dense path (a band would gather more keys than there
 are).  Pairs outside the window would have had a prior of about -w^2 / (2 sigma^2) (w = the
 reach of the window): a truncation that changes little once the window spans a few sigma.
@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._logits import allowed_pairs, band_attention, plus_distance_term
-from xformer_bench.attention._sparse import masked_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.logits import allowed_pairs, band_attention, plus_distance_term
+from xformer_bench.attention._ops.sparse import masked_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

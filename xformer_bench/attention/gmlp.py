@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import TokenMixer
-from xformer_bench.attention._token_mlp import check_length, drop_padding, mix_positions
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.token_mlp import check_length, drop_padding, mix_positions
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 FFN_MULTIPLIER = 6

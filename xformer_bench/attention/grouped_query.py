@@ -10,7 +10,7 @@ so the key and value projections shrink from H to G heads (2 (H - G) Dh D fewer 
 as many fewer biases, counted in the record's params) and so does an incremental decoder's
 key/value cache.  G = 1 is multi-query attention (``attention=multi_query``), G = H multi-head
 attention.  The projections and the head sharing live in
-:class:`~xformer_bench.models.attention_layer.MultiHeadAttention`; the kernel is full softmax
+:class:`~xformer_bench.attention.multi_head.MultiHeadAttention`; the kernel is full softmax
 attention.
 
 The paper's models use G = 8 (GQA-8, for T5 XXL's 64 heads).  The default here is
@@ -25,8 +25,8 @@ from __future__ import annotations
 from xformer_bench.attention import TokenMixer
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 

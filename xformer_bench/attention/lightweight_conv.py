@@ -11,7 +11,7 @@ with H = ``model.n_heads`` heads of d/H contiguous channels (h(c) = floor(c H / 
 ceil(cH/d)), so the convolution has H k parameters where a plain depth-wise one has d k.
 DropConnect on the normalised kernel (``weight_dropout``; the paper trains with 0.1, the default
 here is 0.0).  The kernel logits start Xavier-uniform as in fairseq's reference code; the linear
-layers take the model's initialisation.  Shared core: :mod:`xformer_bench.attention._conv`.
+layers take the model's initialisation.  Shared core: :mod:`xformer_bench.attention._ops.conv`.
 
 Causal: output i reads G_{i-k+1} .. G_i (left padding, the paper's decoder).  Bidirectional:
 the kernel is centred, i-(k-1)/2 .. i+(k-1)/2, which needs an odd k: an even width declares
@@ -31,7 +31,7 @@ its block (which keeps the feed-forward sublayer) are the Block's concern here.
 
 from __future__ import annotations
 
-from xformer_bench.attention._conv import ConvMixer
+from xformer_bench.attention._ops.conv import ConvMixer
 from xformer_bench.registry import ATTENTION
 
 

@@ -11,7 +11,7 @@ the sums running over every key (bidirectional) or over j <= i (causal, eq. 8-9:
 sums S_i, z_i of section 3.3, the RNN of section 3.4).  O(T Dh^2) time, no T x T matrix.
 The prefix sums are computed in chunks of ``chunk_size`` positions, carrying the running
 (Dh, Dh) state and normaliser between chunks, exact within a chunk through a (chunk x chunk)
-masked product (:func:`~xformer_bench.attention._feature_maps.feature_attention`): the
+masked product (:func:`~xformer_bench.attention._ops.feature_maps.feature_attention`): the
 paper computes them one position at a time in a CUDA kernel; the chunking is ours and changes
 only the order of the additions.  eps = 1e-6 as in the authors' ``fast_transformers``.
 
@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._feature_maps import feature_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.feature_maps import feature_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

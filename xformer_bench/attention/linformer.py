@@ -42,7 +42,7 @@ from torch import nn
 
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

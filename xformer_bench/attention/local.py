@@ -6,7 +6,7 @@ Transformer", section 3.1):
 
     out_i = sum_{j in W(i)} softmax_j(q_i . k_j / sqrt(Dh) + b_ij) v_j,   W(i) = [i - w + 1, i].
 
-Computed blockwise (:func:`~xformer_bench.attention._window.windowed_attention`): blocks of
+Computed blockwise (:func:`~xformer_bench.attention._ops.window.windowed_attention`): blocks of
 queries against the keys they need (block + window - 1 of them), O(T * w) time and memory.
 A window of T or more is full attention.
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._flex import WindowPattern, flex_dispatch
-from xformer_bench.attention._window import band_block, window_reach, windowed_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

@@ -9,7 +9,7 @@ by the queries after it.
     out_i = sum_{j in W(i) u G} softmax_j(q_i k_j / sqrt(Dh) + b_ij) v_j   (i not global),
     out_i = full attention of q_i                                          (i in G).
 
-The window part is blockwise (:func:`~xformer_bench.attention._window.windowed_attention`),
+The window part is blockwise (:func:`~xformer_bench.attention._ops.window.windowed_attention`),
 the global keys' scores join the window's in one softmax, and the g global query rows are a
 separate dense pass, O(g * T): O(T * (w + g)) in all, never T x T.  The paper gives global
 attention its own projections (Q_g, K_g, V_g); this kernel shares the layer's projections, as
@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._flex import WindowPattern, flex_dispatch
-from xformer_bench.attention._window import band_block, window_reach, windowed_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

@@ -52,10 +52,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import TokenMixer
-from xformer_bench.attention._sparse import softmax_attention
-from xformer_bench.attention._sorting import chunk_rows, sort_by, take, unchunk, windows
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.sparse import softmax_attention
+from xformer_bench.attention._ops.sorting import chunk_rows, sort_by, take, unchunk, windows
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 SELF_PENALTY = 1e5

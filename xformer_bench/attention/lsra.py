@@ -14,7 +14,7 @@ The attention branch is standard scaled dot-product attention on d/2 channels
 released configurations keeping the head count per branch (e.g. ``attn:1:248:4`` beside
 ``dynamic:default:248:4``), so d/2 must be divisible by H.  The convolution branch is the
 lightweight convolution of Wu et al. (2019) on d/2 channels with H shared kernels
-(:class:`~xformer_bench.attention._conv.ConvBranch`: input projection, GLU, LightConv);
+(:class:`~xformer_bench.attention._ops.conv.ConvBranch`: input projection, GLU, LightConv);
 ``conv: dynamic`` uses their dynamic convolution instead, which is what the released Lite
 Transformer configurations train (``dynamic:default``).
 
@@ -45,10 +45,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import TokenMixer
-from xformer_bench.attention._conv import ConvBranch, KernelWidths, conv_capabilities
+from xformer_bench.attention._ops.conv import ConvBranch, KernelWidths, conv_capabilities
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 

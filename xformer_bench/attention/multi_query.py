@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from xformer_bench.attention import TokenMixer
 from xformer_bench.attention.grouped_query import shared_kv_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 

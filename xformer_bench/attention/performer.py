@@ -5,7 +5,7 @@ Performers" (ICLR).
 Softmax attention's kernel exp(q . k / sqrt(d)) is estimated by random features,
 phi(q)^T phi(k), and attention is computed as linear attention, D^-1 (phi(Q) (phi(K)^T V))
 (section 2), causally through prefix sums (section 2, unidirectional) -- here the chunked prefix
-sums of :func:`~xformer_bench.attention._feature_maps.feature_attention`, shared with
+sums of :func:`~xformer_bench.attention._ops.feature_maps.feature_attention`, shared with
 ``linear``.
 
 * **Positive random features** (``kernel: softmax``, Lemma 1, h(x) = exp(-|x|^2 / 2)):
@@ -42,8 +42,8 @@ import math
 
 import torch
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._feature_maps import feature_attention, full_precision
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.feature_maps import feature_attention, full_precision
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

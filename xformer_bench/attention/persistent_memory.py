@@ -16,7 +16,7 @@ causal or not; no position term touches them.  Here that means
 * an additive bias (T5, ALiBi, Shaw) is evaluated on the sequence pairs, and the persistent
   slots get bias 0 (the paper adds its relative position embeddings to the context keys only);
 * rotary positions rotate the sequence queries and keys (in
-  :class:`~xformer_bench.models.attention_layer.MultiHeadAttention`, before this kernel); the
+  :class:`~xformer_bench.attention.multi_head.MultiHeadAttention`, before this kernel); the
   persistent keys are never rotated.
 
 A row whose sequence keys are all padding still attends to the memory: a finite output.
@@ -48,7 +48,7 @@ from torch import nn
 from xformer_bench.attention import EXACT_ATTENTION, AttentionKernel
 from xformer_bench.attention.full import causal_mask
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

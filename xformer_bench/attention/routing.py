@@ -21,7 +21,7 @@ Statistics pool the batch and both queries and keys, per head and per layer: the
 counts and sums are persistent buffers, state of the model (so ``model.share_blocks``, which
 would pool every depth into one statistic, is refused), and stay fixed in eval.  The forward
 only records the statistics; the EMA step runs after the optimiser step
-(:mod:`xformer_bench.models.step_updates`; the authors' code steps inside the forward).  The
+(:mod:`xformer_bench.core.step_updates`; the authors' code steps inside the forward).  The
 next forward sees the same centroids either way, but activation checkpointing's recomputation
 then neither counts a batch twice nor sees moved centroids, and the micro-batches of one step
 (gradient accumulation) pool into one EMA step.  Under DDP they follow rank 0 (DDP broadcasts
@@ -61,10 +61,10 @@ import torch
 import torch.nn.functional as F
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._clustering import cluster_sums, sorted_cluster_attention
+from xformer_bench.attention._ops.clustering import cluster_sums, sorted_cluster_attention
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.step_updates import recomputing
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.step_updates import recomputing
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 
@@ -131,7 +131,7 @@ class RoutingAttention(AttentionKernel):
     @torch.no_grad()
     def apply_pending_updates(self) -> None:
         """One EMA step with the statistics recorded since the last: called after each
-        optimiser step (:mod:`xformer_bench.models.step_updates`)."""
+        optimiser step (:mod:`xformer_bench.core.step_updates`)."""
         if self.pending is None:
             return
         (sums, counts), self.pending = self.pending, None

@@ -48,8 +48,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._sparse import softmax_attention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.sparse import softmax_attention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

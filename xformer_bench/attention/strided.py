@@ -27,15 +27,15 @@ torch.compile: not one graph (the factorised layout (as axial); tests/test_compi
 
 from __future__ import annotations
 
-from xformer_bench.attention._factorized import (
+from xformer_bench.attention._ops.factorized import (
     Blocks,
     Columns,
     FactorizedAttention,
     Part,
     PreviousRow,
 )
-from xformer_bench.attention._flex import FactorizedPattern, flex_dispatch
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.flex import FactorizedPattern, flex_dispatch
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 

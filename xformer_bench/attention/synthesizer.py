@@ -43,9 +43,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import TokenMixer
-from xformer_bench.attention._logits import allowed_pairs, masked_softmax
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.logits import allowed_pairs, masked_softmax
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 MODES = ("dense", "random", "factorized_dense", "factorized_random")

@@ -19,7 +19,7 @@ scale 1 over the fan-in, i.e. N(0, 1/h) for an h x h map -- not the identity.
 
 **Simplification**: the paper lets the numbers of key, softmax and value heads (h_k, h, h_v)
 differ; here all three are ``n_heads`` (the q/k/v projections of
-:class:`~xformer_bench.models.attention_layer.MultiHeadAttention` give n_heads heads), the
+:class:`~xformer_bench.attention.multi_head.MultiHeadAttention` give n_heads heads), the
 setting of its "talking-heads" rows with h_k = h = h_v.  Every pair is computed (the paper is
 about quality, not cost): O(T S) per head, plus O(H^2 T S) for the two maps.
 """
@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._logits import allowed_pairs, masked_softmax
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention._ops.logits import allowed_pairs, masked_softmax
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 from xformer_bench.registry import ATTENTION
 

@@ -12,7 +12,7 @@ M = ``model.n_heads`` branches.  The branch FFNs replace the block's feed-forwar
 the option is used with ``ffn=none`` (``modification=weighted_transformer`` sets both): the
 block is ``x + BranchedAttention(N(x))``.  Every part the paper keeps from multi-head attention
 (queries, keys, values, the kernel, the position scheme, causal masking, key padding, cached
-decoding) is :class:`~xformer_bench.models.attention_layer.MultiHeadAttention`'s.
+decoding) is :class:`~xformer_bench.attention.multi_head.MultiHeadAttention`'s.
 
 Choices, named: kappa and alpha are softmaxes of learned logits (starting equal, 1 / M), which
 keeps them on the simplex by construction (the paper constrains them to it without saying how
@@ -29,10 +29,10 @@ from torch import nn
 
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.init import mark_initialised, small_init_std, wang_init_std
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.init import mark_initialised, small_init_std, wang_init_std
 from xformer_bench.registry import ATTENTION
 
 
@@ -54,6 +54,8 @@ class BranchFeedForward(nn.Module):
 
 
 class WeightedBranches(MultiHeadAttention):
+    decode_state = "none"  # not checked against the forward pass with cached keys
+
     def __init__(self, dims: ModelDims, d_ff_branch: int | None = None):
         super().__init__(dims, FullAttention(dims))
         m = dims.n_heads

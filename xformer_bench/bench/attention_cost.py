@@ -24,8 +24,8 @@ import torch
 from xformer_bench.bench.peak_memory import peak_bytes
 from xformer_bench.config import compose_config
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.position import Position
 from xformer_bench.results.table import Cell, Column, Row, Table

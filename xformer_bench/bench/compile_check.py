@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from xformer_bench.bench.attention_cost import Shape, build_layer, measure
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.position import Position
 
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xformer_bench.models.step_updates import apply_pending_updates
+from xformer_bench.core.step_updates import apply_pending_updates
 
 CONTENDERS = ("xbench", "floor", "x_transformers")
 SIZES = {

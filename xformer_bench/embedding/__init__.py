@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from xformer_bench.models.init import mark_initialised
+from xformer_bench.core.init import mark_initialised
 
 
 class Embedding(nn.Module):

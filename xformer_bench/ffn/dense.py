@@ -5,7 +5,7 @@ from typing import Any
 
 from torch import nn
 
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ACTIVATION, FFN
 
 

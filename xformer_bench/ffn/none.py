@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import FFN
 
 

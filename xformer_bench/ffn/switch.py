@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xformer_bench.ffn import RoutedExperts
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import FFN
 
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel, TokenMixer
-from xformer_bench.attention._conv import KernelWidths
+from xformer_bench.attention._ops.conv import KernelWidths
 from xformer_bench.attention.lsh import LSHAttention, lsh_chunk_attention
 from xformer_bench.errors import ConfigError
 

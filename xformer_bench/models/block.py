@@ -24,7 +24,7 @@ from torch import nn
 
 from xformer_bench.errors import ConfigError
 from xformer_bench.norm import init_residual_branch, residual_gate
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.models.residual import ResidualAdd
 
 NORM_SLOTS = ("input", "output", "residual")

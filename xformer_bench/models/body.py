@@ -21,8 +21,8 @@ from xformer_bench.errors import ConfigError
 from xformer_bench.models.block import Block, needs_final_norm
 from xformer_bench.models.capabilities import Part, check_compatible
 from xformer_bench.models.cross_attention import CrossAttention
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.init import init_weights
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.init import init_weights
 from xformer_bench.models.residual import residual_factory
 from xformer_bench.models.residual_attention import ResidualAttention
 from xformer_bench.models.token_mixer import build_token_mixer
@@ -169,7 +169,7 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
 
 
 def initialise(model: nn.Module, dims: ModelDims, *stacks: Stack) -> None:
-    """The house initialisation (:func:`~xformer_bench.models.init.init_weights`), then the
+    """The house initialisation (:func:`~xformer_bench.core.init.init_weights`), then the
     norms' re-initialisation of their residual branches (Fixup), counting the branches of all
     ``stacks`` (an encoder-decoder has two)."""
     init_weights(model, dims.d_model, dims.n_layers)

@@ -8,7 +8,7 @@ from xformer_bench.errors import ConfigError
 from xformer_bench.models.block_sharing import shares
 from xformer_bench.models.body import DECODER, encoder_decoder_parts
 from xformer_bench.models.capabilities import check_compatible
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transformer_classifier import TransformerClassifier, encoder_length
 from xformer_bench.models.transformer_lm import TransformerLM
 from xformer_bench.models.transformer_seq2seq import EncoderDecoder

@@ -28,7 +28,7 @@ from torch import nn
 
 from xformer_bench.attention import CAPABILITIES
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.init import RESIDUAL_OUTPUTS
+from xformer_bench.core.init import RESIDUAL_OUTPUTS
 from xformer_bench.norm import residual_gate
 
 TAGS = {

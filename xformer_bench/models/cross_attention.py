@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel, TokenMixer
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 
 
 class CrossAttention(TokenMixer):

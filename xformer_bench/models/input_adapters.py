@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.init import mark_initialised
+from xformer_bench.core.init import mark_initialised
 
 
 def patch_grid(image_shape: tuple[int, int, int], patch_size: int) -> tuple[int, int]:

@@ -22,9 +22,9 @@ import torch.nn.functional as F
 
 from xformer_bench.attention.full import FullAttention, causal_mask
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 
 
 class ResidualAttention(MultiHeadAttention):

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from xformer_bench.attention import AttentionKernel, TokenMixer
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
 

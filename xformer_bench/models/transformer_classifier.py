@@ -24,9 +24,9 @@ from torch import nn
 
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.body import Assembly, build_body, initialise, refuse_streams
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.init import mark_initialised
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.init import mark_initialised
 from xformer_bench.models.input_adapters import ClassToken, PatchEmbedding, patch_grid
 from xformer_bench.registry import EMBEDDING
 

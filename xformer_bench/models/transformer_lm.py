@@ -1,8 +1,8 @@
 """Decoder-only Transformer language model assembled from registered components.
 
 ``forward`` scores a whole sequence; ``decode`` continues one from a key/value cache
-(incremental decoding, :mod:`xformer_bench.models.kv_cache`): only ``stack=standard`` with
-cacheable attention can (``kv_cache.cache_blocker`` says why not); the others are decoded by
+(incremental decoding, :mod:`xformer_bench.core.decode_cache`): only ``stack=standard`` with
+cacheable attention can (``cached_decoding.cache_blocker`` says why not); the others are decoded by
 recomputing the window (:mod:`xformer_bench.sample`).
 """
 
@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from xformer_bench.models.body import Assembly, build_body, initialise
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.kv_cache import KVCache
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.decode_cache import DecodeCache
 from xformer_bench.registry import EMBEDDING, HEAD
 
 class TransformerLM(Assembly):
@@ -63,13 +63,13 @@ class TransformerLM(Assembly):
         self._auxiliary_loss = ctx.auxiliary_loss()
         return self.head(x) if targets is None else self.head.loss(x, targets, **loss)
 
-    def decode(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def decode(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
         """Log-probs (B, T, V) of ``tokens`` (B, T), the positions after the ``cache.length``
         already in ``cache``, which they extend: ``forward`` of the whole sequence, last T rows
         (up to float rounding), for a model :func:`cache_blocker` allows -- checked by the caller
         once, not here.  Positions continue at ``cache.length`` (an absolute scheme's limit
         applies: learned positions end at their table)."""
-        cache.begin_step()
+        cache.begin_step(tokens.shape[1])
         ctx = ForwardContext(self.position, causal=True, cache=cache)
         x = self.dropout(self.position.embed(self.embedding(tokens), start=cache.start))
         x = self.stack(x, ctx)  # (B, T, D)

@@ -26,9 +26,9 @@ from torch import nn
 from xformer_bench.models.body import (CROSS_DECODER, Assembly, build_body, initialise,
                                        refuse_streams)
 from xformer_bench.models.block_sharing import side_options
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.models.cross_attention import CrossAttention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transparent_attention import (TransparentCrossAttention,
                                                         check_transparent, encoder_states)
 from xformer_bench.registry import EMBEDDING, HEAD

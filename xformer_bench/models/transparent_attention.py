@@ -29,9 +29,9 @@ from torch import nn
 
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 from xformer_bench.models.cross_attention import CrossAttention
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 
 OPTION = "model.transparent_attention=true"
 

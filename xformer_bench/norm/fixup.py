@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.init import RESIDUAL_OUTPUTS
+from xformer_bench.core.init import RESIDUAL_OUTPUTS
 from xformer_bench.norm import Norm, ResidualScale
 from xformer_bench.registry import NORM
 

@@ -10,7 +10,7 @@
   (``bias.dense()``) -- so a sparse kernel never needs a T x T tensor;
 * ``rotate`` -- a transform of queries and keys (rotary).
 
-Cached decoding (:mod:`xformer_bench.models.kv_cache`) runs the model on new tokens that
+Cached decoding (:mod:`xformer_bench.core.decode_cache`) runs the model on new tokens that
 continue ``start`` cached positions: ``embed(x, start=)`` places them at absolute positions
 ``start ..``, ``rotate_from(q, k, start)`` rotates this step's queries and keys there (the keys
 are cached rotated), and a bias is evaluated over the new queries and all ``start + T`` keys

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias, Position
 from xformer_bench.registry import POSITION
 

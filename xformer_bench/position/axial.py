@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import Position
 from xformer_bench.position._axes import coordinates, grid_shape
 from xformer_bench.registry import POSITION

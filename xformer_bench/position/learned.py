@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import Position
 from xformer_bench.registry import POSITION
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import Position
 from xformer_bench.registry import POSITION
 

@@ -31,8 +31,8 @@ import math
 
 import torch
 
-from xformer_bench.models.dims import ModelDims
-from xformer_bench.models.init import small_init_std
+from xformer_bench.core.dims import ModelDims
+from xformer_bench.core.init import small_init_std
 from xformer_bench.position import LayerwiseTable, PairBias, Position
 from xformer_bench.registry import POSITION
 

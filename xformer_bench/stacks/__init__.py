@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 
 
 class BlockFactory:

@@ -21,7 +21,7 @@ numbers), the autocast state, and the state of the block's modules -- its buffer
 number attributes -- because some parts change themselves in a training forward (PowerNorm's
 running statistic, Performer's redraw counter; routing attention records its k-means
 statistics outside any backward replay and moves its centroids after the optimiser step,
-:mod:`xformer_bench.models.step_updates`).  The
+:mod:`xformer_bench.core.step_updates`).  The
 recompute runs from that state in a forked RNG and the block's state is put back afterwards:
 the recompute leaves neither the global RNG nor any statistic changed (updated once, not twice).
 
@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from xformer_bench.models.context import ForwardContext
+from xformer_bench.core.context import ForwardContext
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,8 @@ from torch import nn
 from torch.func import functional_call
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import STACK
 from xformer_bench.stacks import apply_block, recomputes
 from xformer_bench.stacks._compression import build_compressor

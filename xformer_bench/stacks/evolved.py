@@ -48,9 +48,9 @@ from torch import nn
 
 from xformer_bench.attention.full import FullAttention
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.attention_layer import MultiHeadAttention
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.attention.multi_head import MultiHeadAttention
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import Position
 from xformer_bench.registry import STACK
 from xformer_bench.stacks import BlockFactory

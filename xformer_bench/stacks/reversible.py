@@ -53,8 +53,8 @@ import torch
 from torch import nn
 
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import STACK
 from xformer_bench.stacks import Stack
 from xformer_bench.stacks._reversible_function import Branch, ReversibleCoupling, couple

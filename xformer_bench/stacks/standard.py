@@ -10,8 +10,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import STACK
 from xformer_bench.stacks import Stack, apply_block, recomputes
 

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
-from xformer_bench.models.step_updates import apply_pending_updates
+from xformer_bench.core.step_updates import apply_pending_updates
 from xformer_bench.tasks.optimization import (adamw_with_schedule, check_finite,
                                                check_optimization)
 from xformer_bench.training.log_steps import logs_this_step, shows_progress

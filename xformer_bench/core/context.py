@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from xformer_bench.position import Position
-
 if TYPE_CHECKING:
-    from xformer_bench.models.kv_cache import KVCache
+    from xformer_bench.position import Position
+    from xformer_bench.core.decode_cache import DecodeCache
 
 
 @dataclass
@@ -43,10 +42,10 @@ class ForwardContext:
     """(B, M, D): ``memory`` as the attention sublayer sees it -- through the block's attention
     input norm, like ``x`` -- set by the block around its attention sublayer only.  An attention
     layer prepends it to the sequence its keys and values come from (queries: ``x`` alone)."""
-    cache: KVCache | None = None
+    cache: DecodeCache | None = None
     """Incremental decoding (:meth:`TransformerLM.decode`): the keys and values of the positions
     decoded so far, which each attention application extends with this step's and attends over
-    (:mod:`xformer_bench.models.kv_cache`); None: no cache, the sequence is all of ``x``."""
+    (:mod:`xformer_bench.core.decode_cache`); None: no cache, the sequence is all of ``x``."""
     encoder_output: torch.Tensor | None = None
     """(B, S, D): the encoder's final states, which a decoder block's cross-attention attends
     over (an encoder-decoder sets it for the decoder's forward); None: no encoder.  With

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from xformer_bench.attention._sparse import masked_attention
+from xformer_bench.attention._ops.sparse import masked_attention
 from xformer_bench.position import PairBias
 
 

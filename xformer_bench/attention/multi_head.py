@@ -10,7 +10,7 @@ With memory (``ctx.attention_memory``, (B, M, D): Transformer-XL's previous segm
 normalised) keys and values are projected from ``[memory; x]`` and queries from ``x`` alone:
 S = M + T keys, the queries the last T of them (the kernels' and positions' convention).
 
-With a key/value cache (``ctx.cache``, incremental decoding; :mod:`xformer_bench.models.kv_cache`)
+With a key/value cache (``ctx.cache``, incremental decoding; :mod:`xformer_bench.core.decode_cache`)
 the T new positions follow ``ctx.cache.start`` cached ones: queries and keys are rotated there,
 the keys and values (still H_kv heads) appended to the cache, and the queries attend over all
 S = start + T of them, again as the last T.
@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import AttentionKernel, TokenMixer
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 
 
 class MultiHeadAttention(TokenMixer):
@@ -40,6 +40,13 @@ class MultiHeadAttention(TokenMixer):
         self.kernel = kernel
         self.provides = kernel.provides | {"queries_and_keys"}
         self.sub_quadratic = kernel.sub_quadratic
+
+    @property
+    def decode_state(self) -> str:
+        """``keys_values`` when the kernel attends causally over more keys than queries, by
+        absolute position; else ``none``.  A subclass that changes the scores says ``none``."""
+        cacheable = {"causal", "longer_keys"} <= self.provides
+        return "keys_values" if cacheable and self.kernel.decodes_by_position else "none"
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, T, Dh), keys and values (B, H_kv, T, Dh) of ``x`` (B, T, D)."""

@@ -1,8 +1,8 @@
 """One softmax over several groups of keys without concatenating them (Child et al. 2019's
-merged pattern, Eq. 7, in :mod:`xformer_bench.attention._factorized`): each group's partial
+merged pattern, Eq. 7, in :mod:`xformer_bench.attention._ops.factorized`): each group's partial
 softmax and log-normaliser, merged exactly; backward is softmax attention's.  A *part* is any
 object with ``ungroup`` / ``regroup`` between its (B, H, G, gq, .) groups and (B, H, N, .)
-positions (:class:`xformer_bench.attention._factorized.Part`)."""
+positions (:class:`xformer_bench.attention._ops.factorized.Part`)."""
 
 from __future__ import annotations
 

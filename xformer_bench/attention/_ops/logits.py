@@ -9,7 +9,7 @@
   position scheme's own bias, evaluated only on the pairs a kernel computes.
 * :func:`band_attention` -- each query attends the keys from ``before`` positions behind it
   to ``after`` ahead, blocks of queries against the keys gathered for them
-  (:func:`~xformer_bench.attention._sparse.block_sparse_attention`): O(T (before + after))
+  (:func:`~xformer_bench.attention._ops.sparse.block_sparse_attention`): O(T (before + after))
   time and memory, never T x T.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from xformer_bench.attention._sparse import block_sparse_attention
+from xformer_bench.attention._ops.sparse import block_sparse_attention
 from xformer_bench.position import PairBias
 
 NEGATIVE = torch.finfo(torch.float32).min

@@ -52,10 +52,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention import TokenMixer
-from xformer_bench.attention._token_mlp import drop_padding
+from xformer_bench.attention._ops.token_mlp import drop_padding
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.context import ForwardContext
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.dims import ModelDims
 
 CONV_KINDS = ("lightweight", "dynamic")
 BAND_BLOCK = 32

@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 
 from xformer_bench.attention import AttentionKernel
-from xformer_bench.attention._joint_softmax import JointSoftmax
+from xformer_bench.attention._ops.joint_softmax import JointSoftmax
 from xformer_bench.errors import ConfigError
-from xformer_bench.models.dims import ModelDims
+from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
 
 MODES = ("interleaved", "merged", "multihead")
