@@ -23,7 +23,7 @@ from xformer_bench.attention._ops import flex as _flex
 from xformer_bench.bench.peak_memory import peak_bytes
 from xformer_bench.config import compose_config
 from xformer_bench.core.dims import ModelDims
-from xformer_bench.registry import ATTENTION
+from xformer_bench.registry import ATTENTION, DESCRIPTIVE_KEYS
 
 PATTERNS = ("local", "block_local", "dilated", "strided", "fixed", "longformer", "bigbird")
 CAP_SECONDS, CAP_MIB = 5.0, 20 * 1024
@@ -31,7 +31,7 @@ CAP_SECONDS, CAP_MIB = 5.0, 20 * 1024
 
 def kernel_at_defaults(name: str, heads: int, head_dim: int, length: int, device):
     spec = compose_config(f"attention={name}")["attention"]
-    kwargs = {k: v for k, v in spec.items() if k not in ("name", "label")}
+    kwargs = {k: v for k, v in spec.items() if k not in DESCRIPTIVE_KEYS}
     dims = ModelDims(d_model=heads * head_dim, n_heads=heads, n_layers=2,
                      d_ff=4 * heads * head_dim, seq_len=length, vocab_size=256)
     return ATTENTION.get(name)(dims, **kwargs).to(device)

@@ -12,6 +12,7 @@ from test_attention_zoo import mixer
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.attended_pairs import attention_coverage, refuse_dense
+from xformer_bench.registry import DESCRIPTIVE_KEYS
 
 T = 20
 
@@ -113,7 +114,7 @@ LOCAL = {"name": "local", "label": "Local attention", "window": 8}
 
 def refuse(spec=LOCAL, seq_len=8, **kwargs):
     """The refusal of ``spec`` at ``seq_len`` (causal) in a study, by default attention_zoo."""
-    settings = {k: v for k, v in spec.items() if k not in ("name", "label")}
+    settings = {k: v for k, v in spec.items() if k not in DESCRIPTIVE_KEYS}
     layer = mixer(spec["name"], seq_len, **settings)
     kwargs = {"study": "attention_zoo", "controls": None, **kwargs}
     refuse_dense(coverage(layer, seq_len=seq_len), spec, layer, length=f"data.seq_len={seq_len}",

@@ -47,3 +47,16 @@ def test_model_preset_sets_defaults_and_the_command_line_wins():
     assert config["attention"]["name"] == "full" and config["model"]["name"] == "vanilla"
     config = compose_config("model=vanilla", "position=learned", "activation=relu")
     assert config["position"]["name"] == "learned" and config["activation"]["name"] == "relu"
+
+
+def test_every_attention_option_names_its_family():
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from xformer_bench.attention import FAMILIES
+    from xformer_bench.config import CONF_DIR
+
+    for path in sorted((Path(CONF_DIR) / "attention").glob("*.yaml")):
+        family = OmegaConf.load(path).get("family")
+        assert family in FAMILIES, f"{path.name}: family {family!r} is not one of {sorted(FAMILIES)}"

@@ -59,9 +59,9 @@ class Registry:
         return self._builders[name]
 
     def build(self, spec: Mapping[str, Any], **context: Any) -> Any:
-        """Build from a config node ``{name, label, **kwargs}`` plus call-site context
-        (``label`` is the human name used in tables)."""
-        kwargs = {k: v for k, v in dict(spec).items() if k not in ("name", "label")}
+        """Build from a config node ``{name, label, family, **kwargs}`` plus call-site context
+        (``label`` is the human name used in tables, ``family`` the attention family)."""
+        kwargs = {k: v for k, v in dict(spec).items() if k not in DESCRIPTIVE_KEYS}
         builder = self.get(spec["name"])
         parameters = inspect.signature(builder).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
@@ -70,6 +70,9 @@ class Registry:
                                   f"another {self.group} or drop {self.group}.{key}")
         return builder(**kwargs, **context)
 
+
+DESCRIPTIVE_KEYS = ("name", "label", "family")
+"""Keys of an option's YAML that describe it and are not its builder's arguments."""
 
 ATTENTION = Registry("attention", "xformer_bench.attention")
 NORM = Registry("norm", "xformer_bench.norm")

@@ -41,6 +41,25 @@ CAPABILITIES = {
 }
 """What a token mixer may declare it supports, and the words an error uses for it."""
 
+FAMILIES = {
+    "dense": "every (query, key) pair, refined (heads, priors, spans, branches)",
+    "fixed_pattern": "a fixed sparsity pattern (windows, blocks, strides, axes)",
+    "fixed_pattern+memory": "a fixed pattern plus global tokens",
+    "learnable_pattern": "a pattern learnt from the content (hashing, clustering, sorting)",
+    "low_rank": "keys and values projected to a shorter length",
+    "downsampling": "keys and values pooled or strided",
+    "kernel": "a kernel feature map in place of the softmax",
+    "memory": "learnt memory vectors beside the keys",
+    "synthetic": "attention weights not computed from query-key products",
+    "transposed": "attention across channels instead of positions",
+    "attention_free": "token mixing without attention (Fourier, MLP, gating)",
+    "convolution": "convolutions over positions",
+    "recurrent": "a recurrent state (state-space, gated linear, delta rule, long convolution)",
+}
+"""The families of Tay, Dehghani, Bahri & Metzler 2022 ("Efficient Transformers: A Survey"),
+plus the attention-free and recurrent mixers that followed; each option's YAML names one
+(``family:``), which the README's table and the studies read."""
+
 EXACT_ATTENTION = frozenset(CAPABILITIES) - {"queries_and_keys", "dense_logits"}
 """What a kernel that computes every (query, key) pair supports: everything but handing its
 logits over (only ``full`` does, through ``model.residual_attention``'s explicit form)."""

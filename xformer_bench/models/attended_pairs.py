@@ -29,6 +29,7 @@ from xformer_bench.attention import AttentionKernel, TokenMixer
 from xformer_bench.attention._ops.conv import KernelWidths
 from xformer_bench.attention.lsh import LSHAttention, lsh_chunk_attention
 from xformer_bench.errors import ConfigError
+from xformer_bench.registry import DESCRIPTIVE_KEYS
 
 Attend = Callable[..., torch.Tensor]  # (q, k, v, *, causal, layer) -> out, all (B, H, T, Dh)
 PROBE_SCORES = 2 ** 24
@@ -184,7 +185,7 @@ def refuse_dense(coverage: dict | None, attention: dict, mixer: nn.Module, *, st
     longer = attention_coverage(mixer, t, [0], causal=coverage["causal"])["attended_fraction"]
     if longer is None or longer >= DENSE:
         return  # dense by design: its cost is not in the pairs it skips
-    settings = {k: v for k, v in attention.items() if k not in ("name", "label")}
+    settings = {k: v for k, v in attention.items() if k not in DESCRIPTIVE_KEYS}
     shown = ", ".join(f"{k} {v}" for k, v in settings.items())
     keys = " or ".join(f"attention.{k}" for k in settings) or "its settings"
     pairs = "causal" if coverage["causal"] else "bidirectional"

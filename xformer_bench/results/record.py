@@ -37,6 +37,9 @@ a rung two ladders share, or a study's row, is one run; its parameter budget; th
 table it is set beside, the table its rows come from, their overrides at its scale, and the
 paper row a run was made for: the row's overrides are in the run's own config)."""
 
+DESCRIPTIVE_ONLY = frozenset({"family"})
+"""Option keys that describe an option and were added after records existed: never hashed."""
+
 IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False,
               "pool": "cls", "patch_size": 4, "tie_encoder_embedding": True},
@@ -144,6 +147,9 @@ def identity_config(config: dict[str, Any]) -> dict[str, Any]:
     """The part of ``config`` that changes the result: what the run id hashes (and what a
     checkpoint carries, to refuse resuming another configuration)."""
     essential = {k: v for k, v in config.items() if k not in IDENTITY_EXCLUDED}
+    for group, node in essential.items():  # a family names the option's kind, not its compute
+        if isinstance(node, dict) and DESCRIPTIVE_ONLY & node.keys():
+            essential[group] = {k: v for k, v in node.items() if k not in DESCRIPTIVE_ONLY}
     for group, neutral in IDENTITY_NEUTRAL.items():
         if isinstance(essential.get(group), dict):
             essential[group] = {k: v for k, v in essential[group].items()
