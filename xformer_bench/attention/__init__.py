@@ -101,8 +101,9 @@ class TokenMixer(nn.Module):
     decode_state: str = "none"
     """What it keeps between incremental decoding steps, one of
     :data:`~xformer_bench.core.decode_cache.DECODE_STATES`: ``keys_values`` (multi-head attention
-    over cacheable keys), ``recurrent`` (it reads and writes ``ctx.cache.slot()["state"]``) or
-    ``none`` (the caller recomputes the window)."""
+    over cacheable keys), ``recurrent`` (it reads and writes ``ctx.cache.slot()["state"]``),
+    ``history`` (``ctx.cache.slot()["history"]``: its past inputs) or ``none`` (the caller
+    recomputes the window)."""
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         raise NotImplementedError

@@ -11,7 +11,10 @@ next slot and keeps there what its declared ``decode_state`` says (:data:`DECODE
   over all of them: O(S) memory and time per token;
 * ``recurrent`` -- a recurrent mixer (a state-space or linear-recurrent layer) reads its state
   from ``slot["state"]`` (absent at the first step), runs the new tokens from it and writes the
-  state after them: O(1) memory and time per token.
+  state after them: O(1) memory and time per token;
+* ``history`` -- a mixer whose output at a position depends on every earlier input through a
+  filter as long as the sequence (a long convolution) keeps its inputs in ``slot["history"]``:
+  O(S) memory and time per token, like keys and values.
 
 Slots are counted per *application*, not per parameter layer, so a shared block
 (``model.share_blocks``) applied n times keeps n.  Simplification: keys and values grow by
@@ -28,6 +31,7 @@ import torch
 DECODE_STATES = {
     "keys_values": "the keys and values of every position decoded so far",
     "recurrent": "a fixed-size recurrent state",
+    "history": "the mixer's own inputs of every position decoded so far (a long convolution)",
     "none": "nothing: the window is recomputed every step",
 }
 """What a token mixer may declare it keeps between decoding steps (``TokenMixer.decode_state``)."""
