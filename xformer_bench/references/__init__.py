@@ -1,7 +1,9 @@
 """Published tables as data: one CSV per paper table (a row per printed row, its cells as
 printed, empty where the transcription could not read one) and a YAML sidecar with its
 citation, its units, its baseline row and which of xbench's table columns each of its columns
-sits beside (``measures``).
+sits beside (``measures``).  A column the paper prints as seconds per iteration may be read as
+iterations per second (``reciprocals``: derived column -> printed column), so it sits beside
+xbench's Step/s.
 
 Each row's ``xbench`` cell is the Hydra override list that reproduces it (space-separated); an
 empty one means xbench has no option for that row yet (:meth:`ReferenceTable.missing`).
@@ -74,10 +76,20 @@ def load(name: str) -> ReferenceTable:
     meta: dict[str, Any] = yaml.safe_load((HERE / f"{name}.yaml").read_text(encoding="utf-8"))
     with open(HERE / f"{name}.csv", newline="", encoding="utf-8") as f:
         rows = tuple(ReferenceRow(label=r.pop("row"), overrides=tuple(r.pop("xbench").split()),
-                                  cells=r) for r in csv.DictReader(f))
+                                  cells=_with_reciprocals(r, meta.get("reciprocals") or {}))
+                     for r in csv.DictReader(f))
     return ReferenceTable(name=name, citation=" ".join(meta["citation"].split()),
                           short=meta["short"], setting=" ".join(meta["setting"].split()),
                           rows=rows, baseline=meta.get("baseline"),
                           units=meta.get("columns") or {}, stds=meta.get("stds") or {},
                           measures=meta.get("measures") or {},
                           ratio_to_baseline=tuple(meta.get("ratio_to_baseline") or ()))
+
+
+def _with_reciprocals(cells: dict[str, str], reciprocals: dict[str, str]) -> dict[str, str]:
+    """``cells`` plus each derived column 1 / its printed column (empty where that is)."""
+    derived = {}
+    for column, printed in reciprocals.items():
+        value = ReferenceRow("", (), cells).value(printed)
+        derived[column] = repr(1 / value) if value else ""
+    return {**cells, **derived}

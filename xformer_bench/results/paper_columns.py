@@ -93,7 +93,8 @@ def beside(declared: Sequence[ColumnSpec], measures: Mapping[str, str],
     specs: list[ColumnSpec] = []
     for spec in declared:
         specs.append(spec)
-        column = table.measures.get(measures.get(spec.column.key, spec.column.key))
+        key = spec.column.key  # a study over several datasets: "<data>_<metric>" first
+        column = table.measures.get(key) or table.measures.get(measures.get(key, key))
         if column is None:
             continue
         ratio = column in table.ratio_to_baseline
