@@ -110,7 +110,7 @@ CATALOGUE: dict[str, BadInput] = {
         "choose another model or attention"),
     "unknown norm placement": BadInput(("model.norm_placement=middle",),
                                        "choose one of: pre, post, sandwich"),
-    "unknown pool": BadInput(("model.pool=max", *LISTOPS), "choose one of cls, mean"),
+    "unknown pool": BadInput(("model.pool=max", *LISTOPS), "choose one of: cls, mean"),
     # -- the data ----------------------------------------------------------------------------------
     "empty text file": BadInput(("data=text", "data.path={tmp}/empty.txt"),
                                 "is empty; point data.path at a text file of at least 40 bytes",
@@ -154,10 +154,21 @@ CATALOGUE: dict[str, BadInput] = {
                                         "eval.warm=maybe must be true or false"),
     "negative evaluation memory": BadInput(("model=transformer_xl", "stack.eval_mem_len=-1"),
                                            "stack.eval_mem_len=-1 must be an integer >= 0"),
+    # -- the schema (xformer_bench.schema, issue 26) ---------------------------------------------
+    "a count of zero": BadInput(("trainer.accumulate_grad_batches=0",),
+                                "trainer.accumulate_grad_batches=0 must be a positive integer"),
+    "a smoothing factor above 1": BadInput(("optim.label_smoothing=1.5",),
+                                           "must be a number in [0, 1)"),
+    "a preset for another input": BadInput(("model=vit", "data=text"),
+                                           "choose data=imagenet data.mode=classify"),
+    "results under a file": BadInput(("paths.results_dir={tmp}/a_file/results",),
+                                     "choose another with paths.results_dir=",
+                                     _write("a_file", b"not a folder")),
     # -- the optimisation (xformer_bench.tasks.optimization) ---------------------------------
     "negative learning rate": BadInput(("optim.lr=-1",), "optim.lr=-1 must be a positive number"),
     "zero learning rate": BadInput(("optim.lr=0",), "must be a positive number"),
-    "zero steps": BadInput(("trainer.max_steps=0",), "trainer.max_steps=0 must be at least 1"),
+    "zero steps": BadInput(("trainer.max_steps=0",),
+                           "trainer.max_steps=0 must be a positive integer"),
     "unknown decay": BadInput(("optim.decay=exp",), "choose one of: cosine, linear, constant"),
     "negative warm-up": BadInput(("optim.warmup_steps=-5",), "must be 0 or a positive integer"),
 }

@@ -1,7 +1,8 @@
 """The picture stays without circles: entry points (cli, run) above tasks above models above
 parts (attention, norm, activation, position, ffn, stacks ...) above the shared types (core)
 and the registry; data and results beside,
-never importing models; a variant never imports a task, a dataset or the results package."""
+never importing models; the schema (declarations, checked before torch) imports none of them;
+a variant never imports a task, a dataset or the results package."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ FORBIDDEN = {
     "tasks": ("data", "results", "run", "cli"),
     "data": ("models", "tasks", "results", "run", "cli", *PARTS),
     "results": ("models", "tasks", "data", "training", "run", "cli", *PARTS),
+    "schema": (*PARTS, *ABOVE_PARTS),  # checked before torch is imported: declarations only
 }
 """Package -> the xbench packages it may not import, at any depth of its code."""
 

@@ -31,8 +31,10 @@ def _main(cfg: DictConfig) -> float | None:
 
 def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], run_dir: Path,
             multirun: bool) -> float | None:
-    """One job: skipped when already finished (``skip_completed``) or running in another
-    process (:mod:`~xformer_bench.run_claim`), else trained and recorded.
+    """One job: refused when its preset is for data of another shape or its folders cannot be
+    written (:mod:`xformer_bench.schema`; a sweep's later jobs are checked here), skipped when
+    already finished (``skip_completed``) or running in another process
+    (:mod:`~xformer_bench.run_claim`), else trained and recorded.
 
     A failure prints one ``error:`` line; it ends a single run with a non-zero exit status
     (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``) -- except
@@ -43,8 +45,11 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     from xformer_bench.models.param_match import describe, match_params
     from xformer_bench.results.record import results_path, run_identity
     from xformer_bench.run_claim import claimed, holder_of
+    from xformer_bench.schema import check_folders, check_inputs
 
-    try:
+    try:  # each job of a sweep: its own preset and data, its own folders (preflight: the first)
+        check_inputs(config)
+        check_folders(config)
         config = match_params(config, overrides)  # before the skip: d_ff is part of the run
     except XbenchError as error:
         _print_traceback_if_debugging()

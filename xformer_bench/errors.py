@@ -18,3 +18,8 @@ class ConfigError(XbenchError, ValueError):
 
 class DivergedError(XbenchError):
     """The training loss became NaN or infinite."""
+
+
+class UnmeasuredError(XbenchError):
+    """A run that ended without measuring what it promised (fewer steps than asked, a primary
+    metric that is missing or not finite): recorded as ``failed``, never ``finished``."""

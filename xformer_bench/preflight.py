@@ -12,18 +12,25 @@ them (a tenth of a second; no torch), and the first problem becomes one :class:`
   node (:mod:`difflib`), or that node's keys;
 * several values without ``-m`` (``seed=0,1``): add ``-m``, or write a list;
 * a value that does not resolve (``data.seq_len=${nope}``);
-* a machine that cannot give what ``trainer.*`` asks for (:mod:`xformer_bench.hardware`).
+* a machine that cannot give what ``trainer.*`` asks for (:mod:`xformer_bench.hardware`);
+* a value its key's declaration refuses, a key nothing declares, a model preset given data of
+  another shape (:mod:`xformer_bench.schema`);
+* a folder the run would write that cannot be written (results, resume points, the run
+  directory: ``hydra.run.dir``, or ``hydra.sweep.dir`` with ``-m``).
 
 With ``-m`` each swept key is composed at its first value; every value of a swept group is then
-checked against the group's options and every value of a swept ``trainer.*`` key against the
-machine.  Hydra's own flags (``--help``, ``--cfg``, ``--info``, ``-cn`` ...) and sweeps a
-sweeper plugin enumerates (``interval(...)``) are left to Hydra.
+checked against the group's options, every value of a swept key against its declaration, and
+every value of a swept ``trainer.*`` key against the machine (a later job's preset and folders:
+:func:`xformer_bench.cli.run_job`).  Hydra's own flags (``--help``, ``--cfg``, ``--info``,
+``-cn`` ...) and sweeps a sweeper plugin enumerates (``interval(...)``) are left to Hydra.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
@@ -32,12 +39,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import (ConfigCompositionException, HydraException, MissingConfigException,
                           OverrideParseException)
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
 from xformer_bench.hardware import check_trainer_hardware
+from xformer_bench.schema import check_config, check_folders
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 SIMILARITY = 0.75
@@ -79,9 +87,11 @@ def _check(arguments: list[str], multirun: bool) -> None:
                           f"one job per value, or write {sweep.get_key_element()}=[...] for one "
                           "list value")
     groups = set(loader.list_groups("")) - {"hydra"}
-    config = _compose([_first_value(o) for o in overrides if not _is_hydra_sweep(o)],
-                      overrides, groups)
+    config, run_dir = _compose([_first_value(o) for o in overrides if not _is_hydra_sweep(o)],
+                               overrides, groups, multirun)
     check_trainer_hardware(config.get("trainer") or {})
+    check_config(config)
+    check_folders(config, run_dir)
     for sweep in sweeps:
         _check_every_value(sweep, config, groups)
 
@@ -101,23 +111,44 @@ def _first_value(override: Override) -> str:
 
 
 def _check_every_value(sweep: Override, config: dict[str, Any], groups: set[str]) -> None:
-    """Each value of a swept group must be one of its options; each value of a swept
-    ``trainer.*`` key must be one the machine can run."""
+    """Each value of a swept group must be one of its options; each value of a swept key one
+    its declaration accepts (the first job's config with that value in place), and of a swept
+    ``trainer.*`` key one the machine can run."""
     key = sweep.key_or_group
     if key in groups:
         options = GlobalHydra.instance().config_loader().get_group_options(key)
         for option in map(str, sweep.sweep_iterator()):
             if option not in options:
                 raise _not_an_option(key, option, options)
-    elif key.startswith("trainer."):
-        for value in sweep.sweep_iterator():
+        return
+    for value in sweep.sweep_iterator():
+        if key.startswith("trainer."):
             check_trainer_hardware({**(config.get("trainer") or {}), key.split(".", 1)[1]: value})
+        swept = _with_value(config, key, value)
+        if swept is not None:
+            check_config(swept)
 
 
-def _compose(arguments: list[str], overrides: list[Override], groups: set[str]) -> dict[str, Any]:
-    """The resolved job config of ``arguments``; a composition error as one ConfigError."""
+def _with_value(config: dict[str, Any], key: str, value: Any) -> dict[str, Any] | None:
+    """A copy of ``config`` with the dotted ``key`` set to ``value`` (None where a node on its
+    path is not a mapping)."""
+    *parents, last = key.split(".")
+    changed = copy.deepcopy(config)
+    node = changed
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            return None
+    node[last] = value
+    return changed
+
+
+def _compose(arguments: list[str], overrides: list[Override], groups: set[str],
+             multirun: bool) -> tuple[dict[str, Any], tuple[str, Path] | None]:
+    """The resolved job config of ``arguments``, and the key and path of its run directory
+    (None where it does not resolve here); a composition error as one ConfigError."""
     try:
-        config = compose(config_name="config", overrides=arguments)
+        config = compose(config_name="config", overrides=arguments, return_hydra_config=True)
     except MissingConfigException as error:
         group, _, option = (error.missing_cfg_file or "").rpartition("/")
         if not (group and error.options):
@@ -130,11 +161,24 @@ def _compose(arguments: list[str], overrides: list[Override], groups: set[str]) 
         raise ConfigError(_first_line(error)) from error
     except HydraException as error:
         raise ConfigError(_first_line(error)) from error
+    run_dir = _run_dir(config, multirun)
+    with open_dict(config):
+        del config["hydra"]
     try:
-        return OmegaConf.to_container(config, resolve=True)
+        return OmegaConf.to_container(config, resolve=True), run_dir
     except OmegaConfBaseException as error:
         raise ConfigError(f"{error.full_key} does not resolve ({_first_line(error)}): point its "
                           "${...} at an existing key, or give a plain value") from error
+
+
+def _run_dir(config: DictConfig, multirun: bool) -> tuple[str, Path] | None:
+    """``("hydra.run.dir", its path)`` (``hydra.sweep.dir`` with ``-m``), as Hydra will make it."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        path = OmegaConf.select(config, key)
+    except OmegaConfBaseException:
+        return None
+    return (key, Path(str(path))) if path else None
 
 
 def _not_an_option(group: str, option: str, options: list[str]) -> ConfigError:

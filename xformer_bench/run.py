@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from xformer_bench.config import choice_groups
-from xformer_bench.errors import ConfigError, DivergedError, XbenchError
+from xformer_bench.errors import ConfigError, DivergedError, UnmeasuredError, XbenchError
 from xformer_bench.hardware import resolve_precision
 from xformer_bench.results import record as records
+from xformer_bench.schema.folders import unwritable
 from xformer_bench.training.peak_memory import RunPeakMemory
 from xformer_bench.training.preemption import RunInterrupted
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
@@ -206,7 +206,9 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     """Train and evaluate one configuration; the record is written even if training fails.
 
     Errors in the set-up (unknown variant, missing data) propagate before any record exists;
-    a run that diverges, raises or is interrupted is recorded with that status, then re-raised.
+    a run that diverges, raises or is interrupted is recorded with that status, then re-raised;
+    one that ends without measuring what it promised (:func:`~.records.unmeasured`) is recorded
+    ``failed`` with the reason (:class:`UnmeasuredError`).
     """
     config = resolve_precision(config)  # before the run id: auto on a CPU is 32-true
     record = records.new_record(config, {g: choices.get(g) for g in choice_groups()},
@@ -219,6 +221,10 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     try:
         with shared_with_spawned_ranks(config, choices, overrides, run_dir):
             _train(config, record, run_dir, study=choices.get("experiment"))
+        reason = records.unmeasured(record)
+        if reason is not None:  # trained to the end, yet measured nothing to compare
+            record["error"] = f"the run did not measure what it promised: {reason}"
+            raise UnmeasuredError(record["error"])
         record["status"] = "finished"
     except DivergedError as error:
         record.update(status="diverged", error=str(error))
@@ -227,7 +233,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         record.update(status="interrupted", error=str(error))
         raise
     except XbenchError:
-        raise  # a set-up error: nothing ran, nothing to record
+        raise  # a set-up error (nothing ran: no record), or nothing measured (recorded failed)
     except (KeyboardInterrupt, SystemExit) as error:
         record.update(status="interrupted", error=type(error).__name__)
         raise
@@ -261,13 +267,7 @@ def _write(record: dict[str, Any], config: dict[str, Any]) -> None:
 def _check_writable(folder: Path) -> None:
     """A one-line error before training when records could not be written to ``folder`` (or,
     while it does not exist, to the nearest folder above it that does)."""
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(f"{existing} is a file")
-        probe = existing / f".xbench-write-test-{os.getpid()}"
-        probe.write_bytes(b"x")
-        probe.unlink()
-    except OSError as error:
-        raise ConfigError(f"cannot write run records to {folder} ({error.strerror or error}); "
-                          "free space or choose another with paths.results_dir=...") from None
+    reason = unwritable(folder)
+    if reason is not None:
+        raise ConfigError(f"cannot write run records to {folder} ({reason}); "
+                          "free space or choose another with paths.results_dir=...")

@@ -3,9 +3,10 @@ memory-map, so that batches only slice arrays.
 
 Each image is decoded with PIL, converted to RGB, and its central square (side = the shorter
 side) resized to ``size`` x ``size`` -- the same pixels as resizing the shorter side to
-``size`` then centre-cropping, in one resampling -- with the ``bilinear`` (antialiased when
-shrinking, as PIL's filters are) or ``box`` (area-average) filter.  Large JPEGs are decoded
-at a reduced scale first (PIL's ``draft``: 1/2, 1/4 or 1/8, never below ``size``).
+``size`` then centre-cropping, in one resampling; or, for a ``method`` ending in ``+squash``,
+the whole image -- with the ``bilinear`` (antialiased when shrinking, as PIL's filters are) or
+``box`` (area-average) filter.  Large JPEGs are decoded at a reduced scale first (PIL's
+``draft``: 1/2, 1/4 or 1/8, never below ``size``).
 
 A cache folder holds, per split, ``<split>_<size>px_<method>.npy`` (N, size, size, 3) uint8
 and ``<split>_labels.npy`` (N,) int64, and ``classes.json`` (the class names, written last).
@@ -63,7 +64,9 @@ def open_image(image: Encoded) -> Image.Image:
 
 
 def square_pixels(image: Encoded, size: int, method: str = "bilinear") -> np.ndarray:
-    """uint8 (size, size, 3): the RGB central square of ``image`` resized to ``size``."""
+    """uint8 (size, size, 3): the RGB central square of ``image`` resized to ``size`` --
+    or, where ``method`` ends in ``+squash`` (``bilinear+squash``), the whole image."""
+    filter_name, _, how = method.partition("+")
     try:
         with open_image(image) as opened:
             width, height = opened.size
@@ -77,8 +80,9 @@ def square_pixels(image: Encoded, size: int, method: str = "bilinear") -> np.nda
         raise MissingDataError(f"{_describe(image)} is not a readable image ({reason}): "
                                "replace or delete it") from None
     side = min(width, height)
-    box = ((width - side) / 2, (height - side) / 2, (width + side) / 2, (height + side) / 2)
-    return np.asarray(rgb.resize((size, size), FILTERS[method], box=box), dtype=np.uint8)
+    box = None if how == "squash" else \
+        ((width - side) / 2, (height - side) / 2, (width + side) / 2, (height + side) / 2)
+    return np.asarray(rgb.resize((size, size), FILTERS[filter_name], box=box), dtype=np.uint8)
 
 
 def _images_path(folder: Path, split: str, size: int, method: str) -> Path:

@@ -2,12 +2,14 @@
 Inception-style random-resized crop and horizontal flip for training, the centre crop for
 evaluation, and the ImageNet normalisation.
 
-Training crops follow Szegedy et al. 2015 ("Going deeper with convolutions", section 6) as
-torchvision's ``RandomResizedCrop`` implements them: a box of 8% to 100% of the image's area
-and aspect ratio in [3/4, 4/3] (drawn log-uniformly), at most 10 tries, else the largest
-centred box of an allowed aspect ratio; the box is resized to ``size`` x ``size`` bilinearly
-with antialiasing.  Every random number comes from the numpy ``Generator`` handed in, so a
-batch depends only on that generator (:mod:`.example_batches` draws it from the seed and step).
+By default training crops follow Szegedy et al. 2015 ("Going deeper with convolutions",
+section 6) as torchvision's ``RandomResizedCrop`` implements them: a box of 8% to 100% of the
+image's area and aspect ratio in [3/4, 4/3] (drawn log-uniformly), at most 10 tries, else the
+largest centred box of an allowed aspect ratio; the box is resized to ``size`` x ``size``
+bilinearly with antialiasing, then mirrored with probability 1/2.  The area and ratio ranges and
+the mirror's probability are the data option's keys (``data.crop_scale``, ``data.crop_ratio``,
+``data.flip``).  Every random number comes from the numpy ``Generator`` handed in, so a batch
+depends only on that generator (:mod:`.example_batches` draws it from the seed and step).
 
 Images arrive as uint8 (H, W, 3) or (B, H, W, 3), channels last; outputs are float32
 (3, size, size) or (B, 3, size, size), channels first, values 0..255 until :func:`normalise`.
@@ -101,9 +103,15 @@ def normalise(images: torch.Tensor, mean: tuple[float, ...] = IMAGENET_MEAN,
     return (images / 255.0 - mean_t) / std_t
 
 
-def training_view(image: np.ndarray, size: int, rng: np.random.Generator) -> torch.Tensor:
-    """One augmented training input: random-resized crop, then a coin-flip mirror, normalised."""
-    return normalise(random_flip(random_resized_crop(image, size, rng), rng))
+FLIP = 0.5
+
+
+def training_view(image: np.ndarray, size: int, rng: np.random.Generator,
+                  scale: tuple[float, float] = CROP_SCALE, ratio: tuple[float, float] = CROP_RATIO,
+                  flip: float = FLIP) -> torch.Tensor:
+    """One augmented training input: random-resized crop (``scale``, ``ratio``), then a mirror
+    with probability ``flip``, normalised (``data.crop_scale``, ``crop_ratio``, ``flip``)."""
+    return normalise(random_flip(random_resized_crop(image, size, rng, scale, ratio), rng, flip))
 
 
 def evaluation_view(images: np.ndarray, size: int) -> torch.Tensor:

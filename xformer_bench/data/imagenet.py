@@ -15,8 +15,10 @@ Cache.  The images are decoded once into ``<data_dir>/imagenet/<subset>/cache-<r
 ImageFolder: ``<data_dir>/imagenet/folders/<name>-<hash of its path>/``) as uint8 arrays that
 later runs memory-map (:mod:`.image_cache`); the source is not read again while the cache
 exists -- delete the cache folder after changing an ImageFolder.  Each image is stored as its
-central square, resized: to ``cache_size`` (default ``resolution * 8 // 7``, the 256 / 224 of
-ImageNet evaluation) for ``classify``, to ``resolution`` with a box filter for ``pixel_lm``.
+central square (``resize: crop``; ``squash``: the whole image squashed to a square, for
+digits, documents or scans whose edges matter), resized: to ``cache_size`` (default
+``resolution * 8 // 7``, the 256 / 224 of ImageNet evaluation) for ``classify``, to
+``resolution`` with a box filter for ``pixel_lm``.
 
 Splits.  The official validation images are the test split (ImageNet's test labels are not
 public).  Validation is carved from the training images: ``round(val_fraction * n)`` images of
@@ -24,10 +26,11 @@ each class of ``n`` (at least 1, and never the class's last), drawn with a fixed
 (:data:`VALIDATION_SEED`), so every run and every ``seed`` validates on the same images.
 
 ``mode: classify`` (:class:`ImageNetDataModule`): inputs float32 (B, 3, R, R) normalised with
-ImageNet's mean and std, labels int64 (B,).  Training takes a random-resized crop (8-100% of
-the area, aspect 3/4-4/3) and a coin-flip mirror (:mod:`.image_transforms`), all drawn from the
-step's generator; evaluation the central R x R of the cached image (R / cache_size = 224 / 256,
-as ImageNet's resize-256 + centre-crop-224).  ``seq_len`` is ignored: the model's length comes
+ImageNet's mean and std, labels int64 (B,).  Training takes a random-resized crop (by default
+8-100% of the area, ``crop_scale``; aspect 3/4-4/3, ``crop_ratio``) and a mirror with
+probability ``flip`` (1/2) (:mod:`.image_transforms`), all drawn from the step's generator;
+evaluation the central R x R of the cached image (R / cache_size = 224 / 256, as ImageNet's
+resize-256 + centre-crop-224).  ``seq_len`` is ignored: the model's length comes
 from the patches.  ``mode: pixel_lm``: the R x R x 3 sub-pixels in raster order, bits per
 dimension (:mod:`.pixels`), the downsampled-ImageNet benchmark at R = 32 or 64 (van den Oord et
 al. 2016); ``seq_len`` must be R * R * 3.
@@ -36,12 +39,14 @@ Simplifications: (1) the random-resized crop is taken from the cached central sq
 ``cache_size``, not from the full-resolution original, so it never sees the edges the square
 cut off and its smallest crops are upsampled from fewer pixels; (2) pixel-LM images are the
 central square box-filtered to R x R, where the official Imagenet32/64 files squash the whole
-image to a square (Chrabaszcz et al. 2017); (3) no colour jitter, mixup or other augmentation.
+image to a square (Chrabaszcz et al. 2017; ``resize: squash``); (3) no colour jitter, mixup
+or other augmentation.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +57,8 @@ from xformer_bench.data.download import offline
 from xformer_bench.data.example_batches import ExampleDataModule
 from xformer_bench.data.image_cache import EncodedSplit
 from xformer_bench.data.image_folder import is_image_folder, list_image_folder
-from xformer_bench.data.image_transforms import evaluation_view, training_view
+from xformer_bench.data.image_transforms import (CROP_RATIO, CROP_SCALE, FLIP, evaluation_view,
+                                                 training_view)
 from xformer_bench.data.pixels import PixelLMDataModule
 from xformer_bench.errors import ConfigError, MissingDataError
 from xformer_bench.registry import DATA
@@ -63,6 +69,7 @@ SUBSETS = {  # subset -> (Hub repo, its config): the defaults of data.hf_repo / 
     "tiny_imagenet": ("zh-plus/tiny-imagenet", None),  # 100,000 / 10,000 at 64 x 64
 }
 MODES = ("classify", "pixel_lm")
+RESIZES = ("crop", "squash")
 VALIDATION_SEED = 0
 
 
@@ -82,12 +89,24 @@ class Rows:
         return np.asarray(self.array[self.index[indices]])
 
 
+@dataclass(frozen=True)
+class Augmentation:
+    """The training views' random crop (area ``scale`` and aspect ``ratio`` ranges) and the
+    probability of their mirror: ``data.crop_scale``, ``data.crop_ratio``, ``data.flip``."""
+
+    scale: tuple[float, float] = CROP_SCALE
+    ratio: tuple[float, float] = CROP_RATIO
+    flip: float = FLIP
+
+
 class LabelledImages:
     """:class:`~.example_batches.Examples` of cached images (N, S, S, 3) uint8 with labels:
     ``(inputs float32 (B, 3, R, R), labels int64 (B,))``, augmented when given an ``rng``."""
 
-    def __init__(self, images, labels: np.ndarray, resolution: int):
+    def __init__(self, images, labels: np.ndarray, resolution: int,
+                 augmentation: Augmentation = Augmentation()):
         self.images, self.labels, self.resolution = images, labels, resolution
+        self.augmentation = augmentation
 
     def __len__(self) -> int:
         return len(self.images)
@@ -97,7 +116,9 @@ class LabelledImages:
         labels = torch.from_numpy(np.asarray(self.labels[indices], dtype=np.int64))
         if rng is None:
             return evaluation_view(pixels, self.resolution), labels
-        return torch.stack([training_view(p, self.resolution, rng) for p in pixels]), labels
+        a = self.augmentation
+        views = [training_view(p, self.resolution, rng, a.scale, a.ratio, a.flip) for p in pixels]
+        return torch.stack(views), labels
 
 
 class ImageNetDataModule(ExampleDataModule):
@@ -130,6 +151,20 @@ def carve_validation(labels: np.ndarray, fraction: float,
         raise ConfigError("data.val_fraction: no class has 2 training images, so none can be "
                           "held out for validation")
     return np.setdiff1d(np.arange(len(labels)), val), val
+
+
+def _check_augmentation(resize: str, augmentation: Augmentation) -> None:
+    if resize not in RESIZES:
+        raise ConfigError(f"data.resize={resize} must be one of: {', '.join(RESIZES)}")
+    (low, high), (narrow, wide) = augmentation.scale, augmentation.ratio
+    if not 0 < low <= high <= 1:
+        raise ConfigError(f"data.crop_scale=[{low}, {high}] must be [low, high] with "
+                          "0 < low <= high <= 1 (fractions of the image's area)")
+    if not 0 < narrow <= wide:
+        raise ConfigError(f"data.crop_ratio=[{narrow}, {wide}] must be [low, high] with "
+                          "0 < low <= high (aspect ratios w / h)")
+    if not 0 <= augmentation.flip <= 1:
+        raise ConfigError(f"data.flip={augmentation.flip} must be a probability in [0, 1]")
 
 
 def _check(mode, resolution, cache_size, val_fraction, seq_len, subset, path) -> None:
@@ -208,13 +243,17 @@ def load_images(data_dir: str | Path, *, subset: str, path: str | None, hf_repo:
 def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, subset: str = "imagenette",
           path: str | None = None, hf_repo: str | None = None, hf_config: str | None = None,
           mode: str = "classify", resolution: int = 64, cache_size: int | None = None,
-          val_fraction: float = 0.02, **loader):
+          val_fraction: float = 0.02, resize: str = "crop",
+          crop_scale: tuple[float, float] = CROP_SCALE,
+          crop_ratio: tuple[float, float] = CROP_RATIO, flip: float = FLIP, **loader):
+    augmentation = Augmentation(tuple(crop_scale), tuple(crop_ratio), flip)
     _check(mode, resolution, cache_size, val_fraction, seq_len, subset, path)  # before any file
+    _check_augmentation(resize, augmentation)
     pixel_lm = mode == "pixel_lm"
     size = resolution if pixel_lm else cache_size or resolution * 8 // 7
+    method = ("box" if pixel_lm else "bilinear") + ("" if resize == "crop" else f"+{resize}")
     classes, data = load_images(data_dir, subset=subset, path=path, hf_repo=hf_repo,
-                                hf_config=hf_config, size=size,
-                                method="box" if pixel_lm else "bilinear")
+                                hf_config=hf_config, size=size, method=method)
     if len(classes) < 2:
         raise ConfigError(f"data=imagenet found {len(classes)} class(es); classification needs 2")
     (images, labels), (test_images, test_labels) = data["train"], data["test"]
@@ -222,7 +261,8 @@ def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, subset: st
     if pixel_lm:
         splits = {"train": Rows(images, train), "val": Rows(images, val), "test": test_images}
         return PixelLMDataModule(splits, batch_size, seed, seq_len=seq_len, **loader)
-    splits = {"train": LabelledImages(Rows(images, train), labels[train], resolution),
+    splits = {"train": LabelledImages(Rows(images, train), labels[train], resolution,
+                                      augmentation),
               "val": LabelledImages(Rows(images, val), labels[val], resolution),
               "test": LabelledImages(test_images, test_labels, resolution)}
     return ImageNetDataModule(splits, batch_size, seed, num_classes=len(classes),

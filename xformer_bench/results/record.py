@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -26,6 +27,8 @@ from xformer_bench.metric_spec import BITS_PER, MetricSpec
 
 SCHEMA_VERSION = 2
 STATUSES = ("finished", "diverged", "failed", "interrupted")
+"""``finished`` only when the run measured what it promised (:func:`unmeasured`); tables average
+finished runs only."""
 IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline", "sweep",
                      "match_params", "allowed_differences", "controls", "ladders", "ladder",
                      "param_budget", "reference", "rows_from", "scaled_rows", "paper_row")
@@ -50,6 +53,8 @@ IDENTITY_NEUTRAL = {
     "embedding": {"name": "lookup", "label": "Lookup embedding"},
     "head": {"name": "softmax", "label": "Softmax", "tie": True},
     "trainer": {"checkpoint_every": None, "compile": False},
+    "data": {"resize": "crop", "crop_scale": [0.08, 1.0], "crop_ratio": [0.75, 4 / 3],
+             "flip": 0.5},  # data=imagenet's augmentation keys (issue 26)
 }
 """Keys added after records existed, at the value that trains what runs did before they
 existed: left out of the hash at that value, so older records keep their ids (and a study
@@ -115,6 +120,24 @@ def task_fields(task: str, metrics: Sequence[MetricSpec], unit: str) -> dict[str
     and the unit its evaluation counts."""
     return {"task": task, "metrics": [m.as_record() for m in metrics],
             "primary_metric": metrics[0].name, "eval_unit": unit}
+
+
+def unmeasured(record: dict[str, Any]) -> str | None:
+    """Why a run that trained to its end did not measure what it promised -- it took fewer or
+    more optimiser steps than ``trainer.max_steps``, or its primary metric's final validation
+    or test value is missing or not finite -- else None (it may be recorded ``finished``)."""
+    asked = (record.get("config") or {}).get("trainer", {}).get("max_steps")
+    if record.get("steps") != asked:
+        return f"it took {record.get('steps')} optimiser steps of trainer.max_steps={asked}"
+    spec = primary_metric(record)
+    if spec is None:
+        return "its task named no primary metric"
+    for split, values in (("val", record.get("final")), ("test", record.get("test"))):
+        value = (values or {}).get(spec.key(split))
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            what = "final validation" if split == "val" else "test"
+            return f"its {what} {spec.name} is {'missing' if value is None else value}"
+    return None
 
 
 def primary_metric(record: dict[str, Any]) -> MetricSpec | None:

@@ -1,0 +1,44 @@
+"""The keys a study declares (``conf/experiment/*.yaml``, ``# @package _global_``) besides the
+groups' keys it sets, and the two that xbench itself adds to the runs a study plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xformer_bench.config import CONF_DIR
+from xformer_bench.schema.keys import Choice, Either, Float, Int, Mapping, Node, Seq, Text
+
+REFERENCES = Path(__file__).resolve().parent.parent / "references"
+PUBLISHED = tuple(sorted(p.stem for p in REFERENCES.glob("*.yaml")))
+"""The published tables shipped in :mod:`xformer_bench.references` (a study names one)."""
+PRESETS = tuple(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
+
+STUDY = {
+    "baseline": Mapping("the study's baseline row, {GROUP: OPTION}", null="none"),
+    "sweep": Mapping("the study's sweep, {KEY: 'a,b,c'} (hydra.sweeper.params reads it)",
+                     null="none"),
+    "allowed_differences": Seq("differences from the baseline row the study accepts (groups, "
+                               "dotted keys)", item=Text(""), null="none"),
+    "ladders": Either("model presets whose ablation ladders the study runs too",
+                      (Choice("", ("command_line",)), Seq("", item=Choice("", PRESETS))),
+                      null="none"),
+    "param_budget": Float("the largest fraction a row may exceed the baseline's parameters by",
+                          0, open_lo=True, null="none"),
+    "reference": Choice("the published table set beside the study's", PUBLISHED, null="none"),
+    "rows_from": Choice("the published table whose rows the study runs", PUBLISHED,
+                        null="none"),
+    "scaled_rows": Mapping("a published row's overrides at this scale, {LABEL: [OVERRIDE]}",
+                           null="none"),
+}
+"""Declared in ``conf/experiment/``; outside the run's identity (``IDENTITY_EXCLUDED``)."""
+
+PLANNED = {
+    "ladder": Node("the ablation ladder rung a run was planned for", keys={
+        "system": Choice("the preset the ladder climbs to", PRESETS),
+        "rung": Int("the rung's index, 0 the baseline", 0),
+        "name": Text("the rung's change, as the table names it"),
+    }, null="none"),
+    "paper_row": Text("the published row a run was planned for", null="none"),
+}
+"""Added by xbench to the runs it plans (``++ladder=...``, ``++paper_row=...``), not written in
+any YAML."""
