@@ -21,7 +21,7 @@ from xformer_bench.models.build import build_model
 from xformer_bench.models.cached_decoding import cache_blocker
 from xformer_bench.registry import ATTENTION
 
-CACHEABLE = ("block_local", "dilated", "fixed", "full", "gaussian_prior", "grouped_query",
+CACHEABLE = ("retnet", "gla", "mamba2", "s4d", "hyena", "deltanet", "gated_deltanet", "block_local", "dilated", "fixed", "full", "gaussian_prior", "grouped_query",
              "linear", "local", "longformer", "memory_compressed", "multi_query", "performer",
              "persistent_memory", "routing", "strided", "talking_heads")
 """The options whose causal LM ``cache_blocker`` admits (checked below: no more, no fewer)."""

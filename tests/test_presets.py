@@ -33,7 +33,9 @@ def test_a_preset_trains_two_steps_or_is_refused_in_one_line(preset, tmp_path):
             build_model(compose_config(f"model={preset}", *SMALL), 256)
         assert "\n" not in str(error.value) and refusals[0].split(",")[0] in str(error.value)
         return
-    record = run_tiny(tmp_path, f"model={preset}", "trainer.max_steps=2")
+    hybrid = compose_config(f"model={preset}")["model"].get("hybrid")  # needs two layers
+    record = run_tiny(tmp_path, f"model={preset}", "trainer.max_steps=2",
+                      *(["model.n_layers=2"] if hybrid else []))
     assert record["status"] == "finished" and record["steps"] == 2
     assert record["choices"]["model"] == preset
 

@@ -34,9 +34,14 @@ def test_a_study_sweeps_existing_options_and_contains_its_baseline(path):
         assert option in sweep.get(group, [option]), f"{path.stem}: baseline {group}={option}"
 
 
-def test_the_zoo_covers_every_causal_capable_attention():
+def test_the_zoo_covers_every_causal_capable_attention_and_modern_mixers_the_recurrent():
     dims = ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=64, vocab_size=256)
     causal = sorted(p.stem for p in (CONF_DIR / "attention").glob("*.yaml")
                     if "causal" in build_token_mixer(
                         OmegaConf.to_container(OmegaConf.load(p)), dims).provides)
-    assert sorted(sweep_of(CONF_DIR / "experiment" / "attention_zoo.yaml")["attention"]) == causal
+    recurrent = {p.stem for p in (CONF_DIR / "attention").glob("*.yaml")
+                 if OmegaConf.load(p).get("family") == "recurrent"}
+    zoo = sweep_of(CONF_DIR / "experiment" / "attention_zoo.yaml")["attention"]
+    assert sorted(zoo) == sorted(set(causal) - recurrent)  # the survey's zoo
+    for study in ("modern_mixers", "modern_mixers_mqar"):  # the mixers that followed it
+        assert recurrent <= set(sweep_of(CONF_DIR / "experiment" / f"{study}.yaml")["attention"])

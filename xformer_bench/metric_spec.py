@@ -7,7 +7,9 @@ the run itself, never from a list of datasets.
 Language modelling scores bits per evaluated unit, named by the data's unit (:data:`BITS_PER`):
 text per byte (``bpb``), images per dimension -- one colour channel of one pixel --
 (``bits_per_dim``), the tokens of a synthetic task per token (``bits_per_token``: over the scored
-positions only, e.g. the copied half of ``data=copy``).  Schema-1 records, all byte-level, are read as carrying ``BITS_PER["bytes"]``.
+positions only, e.g. the copied half of ``data=copy``).  Data that scores recall also reports,
+first, the :data:`ACCURACY` of the most likely token at its scored positions.  Schema-1
+records, all byte-level, are read as carrying ``BITS_PER["bytes"]``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ BITS_PER = {
     "tokens": MetricSpec("bits_per_token", "bits/token"),
 }
 """Evaluated unit -> the metric reporting mean cross-entropy / ln 2 per unit."""
+
+
+ACCURACY = MetricSpec("accuracy", "accuracy %", higher_is_better=True, digits=1, scale=100.0)
+"""Language modelling on data that scores it (``scores_accuracy``, e.g. ``data=mqar``): the
+fraction of scored positions whose most likely token is the target -- Zoology's recall
+accuracy over the queried positions (Arora et al. 2023)."""
 
 
 def bits_metric(unit: str) -> MetricSpec:

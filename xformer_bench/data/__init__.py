@@ -11,6 +11,8 @@ What each task reads from its datamodule (the contract; batches are tuples of te
   ``(height, width, channels)``: the order their sub-pixels are flattened in (raster,
   channels interleaved), for per-axis positions and for drawing samples; their sequences start
   with ``bos_id`` (= ``vocab_size - 1``, never a target) so that every dimension is predicted.
+  Recall tasks set ``scores_accuracy = True`` (MQAR): the task then reports, first, the
+  accuracy of the most likely token at the scored positions.
 - ``task = "classify"``: ``num_classes`` and ``input_kind``: ``"tokens"`` (``vocab_size``,
   ``pad_id`` or None; inputs int64 (B, T), padded at the end with ``pad_id``) or ``"image"``
   (``image_shape`` (C, H, W); inputs float32 (B, C, H, W), normalised); batches

@@ -12,6 +12,7 @@ assembly as its own attributes, so every assembly's parameters keep the same nam
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -21,6 +22,7 @@ from xformer_bench.errors import ConfigError
 from xformer_bench.models.block import Block, needs_final_norm
 from xformer_bench.models.capabilities import Part, check_compatible
 from xformer_bench.models.cross_attention import CrossAttention
+from xformer_bench.models.hybrid import LayerMixers
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.core.init import init_weights
 from xformer_bench.models.residual import residual_factory
@@ -131,19 +133,23 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
                assembly: tuple[str, frozenset[str]] = DECODER, norm_placement: str = "pre",
                share_blocks: bool = False, residual: str = "add",
                residual_attention: bool = False, checkpointing: bool = False,
+               hybrid: Mapping[str, Any] | None = None,
                cross_attention: type[CrossAttention] = CrossAttention) -> Body:
     """Position scheme, stack and final norm of the options, checked to go together with each
     other and with ``assembly`` (one ``ConfigError`` line if not).  The blocks of
     :data:`CROSS_DECODER` attend over an encoder's output too (exact attention, by
-    ``cross_attention``: transparent attention's reads every encoder layer)."""
+    ``cross_attention``: transparent attention's reads every encoder layer).  ``hybrid``
+    (``model.hybrid``) gives the depths it declares another token mixer
+    (:mod:`xformer_bench.models.hybrid`), checked like the first."""
     if checkpointing and residual_attention:
         raise ConfigError("model.checkpointing=true recomputes each block on its own, but "
                           "model.residual_attention=true passes logits between blocks: "
                           "turn one of them off")
     make_norm = lambda dim=dims.d_model: NORM.build(norm, dim=dim)  # noqa: E731
     make_residual = residual_factory(residual, dims.d_model)
+    mixers = LayerMixers(attention, hybrid, dims.n_layers, share_blocks)
     make_block = BlockFactory(lambda: Block(
-        build_mixer(attention, dims, residual_attention),
+        build_mixer(mixers.next_spec(), dims, residual_attention),
         FFN.build(ffn, dims=dims, activation=activation),
         make_norm,
         placement=norm_placement,
@@ -155,14 +161,18 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
     scheme = POSITION.build(position, dims=dims)
     built = STACK.build(stack, dims=dims, make_block=make_block, share_blocks=share_blocks,
                         checkpointing=checkpointing)
-    first = built.blocks[0]
-    check_compatible(model_parts(
-        {"attention": attention, "position": position, "norm": norm, "ffn": ffn, "stack": stack},
-        {"attention": first.attention, "position": scheme, "norm": first.norm_of("attention"),
-         "ffn": first.feedforward, "stack": built},
-        {"share_blocks": share_blocks, "residual_attention": residual_attention,
-         "norm_placement": norm_placement, "residual": residual},
-        assembly))
+    mixers.check_stack(built, stack["name"])
+    for layer, spec, prefix in mixers.kinds():  # a block of each kind of mixer
+        block = built.blocks[layer]
+        parts = model_parts(
+            {"attention": spec, "position": position, "norm": norm, "ffn": ffn, "stack": stack},
+            {"attention": block.attention, "position": scheme,
+             "norm": block.norm_of("attention"), "ffn": block.feedforward, "stack": built},
+            {"share_blocks": share_blocks, "residual_attention": residual_attention,
+             "norm_placement": norm_placement, "residual": residual},
+            assembly)
+        check_compatible([replace(part, choice=prefix + part.choice)
+                          if part.group == "attention" else part for part in parts])
     # Pre-LN and sandwich leave the residual stream unnormalised: they need a final norm.
     final_norm = make_norm() if needs_final_norm(norm_placement) else nn.Identity()
     return Body(scheme, built, final_norm, make_norm)

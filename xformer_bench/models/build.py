@@ -15,6 +15,15 @@ from xformer_bench.models.transformer_seq2seq import EncoderDecoder
 
 BODY_KEYS = ("norm_placement", "share_blocks", "residual", "residual_attention", "checkpointing")
 """The model keys every assembly's body takes."""
+OPTIONAL_BODY_KEYS = {"hybrid": None}
+"""Body keys a preset may leave out, at the value that means "absent" (``model.hybrid``:
+another token mixer at declared depths, :mod:`xformer_bench.hybrid_layout`)."""
+
+
+def body_keys(m: dict[str, Any]) -> dict[str, Any]:
+    """The body's keys of the model node ``m``."""
+    return {**{k: m[k] for k in BODY_KEYS},
+            **{k: m.get(k, default) for k, default in OPTIONAL_BODY_KEYS.items()}}
 
 
 def _dims(config: dict[str, Any], seq_len: int, vocab_size: int) -> ModelDims:
@@ -29,7 +38,7 @@ def _body(m: dict[str, Any], assembly: str) -> dict[str, Any]:
     sharing, transparent attention) refused in one line, as the capability check declares."""
     shares(m["share_blocks"], "encoder")  # a valid value, or one line
     check_compatible(encoder_decoder_parts(m, (assembly, frozenset())))
-    return {k: m[k] for k in BODY_KEYS}
+    return body_keys(m)
 
 
 RETIRED = {"tie_embeddings": True, "embedding_dim": None, "output": "softmax",
@@ -103,6 +112,6 @@ def build_seq2seq(config: dict[str, Any], datamodule) -> EncoderDecoder:
         _dims(config, config["data"]["seq_len"], datamodule.vocab_size), *_parts(config),
         *embedding_and_head(config), pad_id=datamodule.pad_id,
         tie_encoder_embedding=m.get("tie_encoder_embedding", True),
-        **{k: m[k] for k in BODY_KEYS},
+        **body_keys(m),
         transparent_attention=bool(m.get("transparent_attention", False)),
     )

@@ -37,6 +37,7 @@ class TransformerLM(Assembly):
         residual: str = "add",
         residual_attention: bool = False,
         checkpointing: bool = False,
+        hybrid: Mapping[str, Any] | None = None,
     ):
         super().__init__()
         self.dims = dims
@@ -45,22 +46,27 @@ class TransformerLM(Assembly):
         self.position, self.stack, self.final_norm, _ = build_body(
             dims, attention, norm, activation, position, ffn, stack,
             norm_placement=norm_placement, share_blocks=share_blocks, residual=residual,
-            residual_attention=residual_attention, checkpointing=checkpointing)
+            residual_attention=residual_attention, checkpointing=checkpointing, hybrid=hybrid)
         self.dropout = nn.Dropout(dims.dropout)
         self.share_blocks = share_blocks
         self.head = HEAD.build(head, embedding=self.embedding, d_model=dims.d_model)
         self._auxiliary_loss: torch.Tensor | None = None
         initialise(self, dims, self.stack)
 
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, D)
+        """The final states the head reads, one per position of ``tokens``."""
+        ctx = ForwardContext(self.position, causal=True)
+        x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
+        x = self.final_norm(self.stack(x, ctx))  # (B, T, D)
+        self._auxiliary_loss = ctx.auxiliary_loss()
+        return x
+
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None,
                 **loss: Any) -> torch.Tensor:
         """Log-probs (B, T, V) of the token after each prefix of ``tokens`` (B, T); given
         ``targets`` (B, T), the head's cross-entropy of them instead (``head.loss`` with the
         options ``loss``), which need not build the (B, T, V) distribution."""
-        ctx = ForwardContext(self.position, causal=True)
-        x = self.dropout(self.position.embed(self.embedding(tokens)))  # (B, T, D)
-        x = self.final_norm(self.stack(x, ctx))  # (B, T, D)
-        self._auxiliary_loss = ctx.auxiliary_loss()
+        x = self.hidden(tokens)  # (B, T, D)
         return self.head(x) if targets is None else self.head.loss(x, targets, **loss)
 
     def decode(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:

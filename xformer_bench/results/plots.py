@@ -1,4 +1,5 @@
-"""Figures next to the tables: validation curves per variant and the loss/speed trade-off.
+"""Figures next to the tables: validation curves per variant and the loss/speed trade-off
+(and recall against state size: :mod:`xformer_bench.results.recall_plot`).
 
 matplotlib is imported here only, when plots are asked for, and draws on the Agg canvas (no
 display, no pyplot state).  Only finished runs are drawn, as in the tables.
@@ -101,7 +102,12 @@ def plot_tradeoff(table: Table, base: Path) -> list[Path]:
 
 
 def write_plots(table: Table, variants: list[Variant], base: Path) -> list[Path]:
-    return plot_curves(table.experiment, variants, base) + plot_tradeoff(table, base)
+    """The curves, the trade-off and, for recall runs, accuracy against state size."""
+    from xformer_bench.results.recall_plot import plot_recall_vs_state
+
+    records = [r for v in variants for r in v.records]
+    return plot_curves(table.experiment, variants, base) + plot_tradeoff(table, base) + \
+        plot_recall_vs_state(table.experiment, records, base)
 
 
 ANNOTATED_ROWS = 8

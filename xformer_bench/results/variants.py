@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xformer_bench.config import PLUMBING_GROUPS, group_order
+from xformer_bench.hybrid_layout import hybrid_label
 from xformer_bench.results.record import IDENTITY_EXCLUDED
 
 # Overrides that never make a different variant: where files go, how it is logged, the seed.
@@ -85,16 +86,40 @@ def varying_facets(records: list[dict[str, Any]]) -> list[str]:
 
 def label_of(record: dict[str, Any], key: Key) -> str:
     """The groups' YAML labels (else choice names) and the overrides it sets, joined; the
-    model's label when nothing tells it apart."""
-    parts = [_group_label(record, name) if name in record["choices"] else f"{name}={value}"
-             for name, value in key if value or name in record["choices"]]
+    model's label when nothing tells it apart.  A hybrid stack (``model.hybrid``) is named
+    once, by its mixers and layout: "Linear attention + full attention every 2nd layer" for
+    its attention or ``model.hybrid`` facet (a row without one: its attention's label),
+    "Samba (...)" after its preset's label."""
+    hybrid = hybrid_label(record["config"])
+    parts: list[str] = []
+    for name, value in key:
+        if _is_hybrid_key(name):  # a row without the hybrid: its attention alone
+            part = hybrid or _group_label(record, "attention")
+        elif not (value or name in record["choices"]):
+            continue
+        elif hybrid and name == "attention":
+            part = hybrid
+        elif name in record["choices"]:
+            part = _group_label(record, name)
+        else:
+            part = f"{name}={value}"
+        if part not in parts and not (hybrid and part == hybrid and
+                                      any(hybrid in p for p in parts)):
+            parts.append(part)
     return ", ".join(parts) or _group_label(record, "model")
+
+
+def _is_hybrid_key(name: str) -> bool:
+    """An override of ``model.hybrid`` (``model.hybrid.every``, ``attention@model.hybrid...``)."""
+    return name.startswith("model.hybrid") or "@model.hybrid" in name
 
 
 def _group_label(record: dict[str, Any], group: str) -> str:
     node = record["config"].get(group)
     label = node.get("label") if isinstance(node, dict) else None
-    return str(label or record["choices"].get(group) or group)
+    text = str(label or record["choices"].get(group) or group)
+    hybrid = hybrid_label(record["config"]) if group == "model" else None
+    return f"{text} ({hybrid})" if hybrid else text
 
 
 def sweep_order(records: list[dict[str, Any]]) -> dict[str, list[str]]:

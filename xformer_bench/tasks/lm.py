@@ -8,6 +8,12 @@ unit count over the whole split (across ranks) before dividing, so padding never
 A model with memory across batches (``stack=recurrent``) forgets it when training starts and
 when each validation / test epoch starts, so every evaluation stream starts clean (how the
 streams run is the data's: :func:`xformer_bench.run._stream_if_remembered`).
+
+Data that declares ``scores_accuracy`` (MQAR, :mod:`xformer_bench.data.mqar`) is scored first
+by :data:`~xformer_bench.metric_spec.ACCURACY`: the fraction of scored positions whose most
+likely token is the target (Zoology's recall accuracy), evaluated -- like their nats -- from
+the head at the scored positions only.  The record also carries each layer's state size
+(``state_bytes``, :mod:`xformer_bench.models.state_size`), the x-axis of the recall plot.
 """
 
 from __future__ import annotations
@@ -16,10 +22,13 @@ import math
 import lightning as L
 import torch
 
+from torchmetrics import SumMetric
+
 from xformer_bench.models.build import build_model
+from xformer_bench.models.state_size import layer_state_bytes
 from xformer_bench.targets import IGNORE_INDEX
 from xformer_bench.tasks import TASK
-from xformer_bench.metric_spec import bits_metric
+from xformer_bench.metric_spec import ACCURACY, bits_metric
 from xformer_bench.tasks.base import Task
 
 LN2 = math.log(2.0)
@@ -31,11 +40,13 @@ def bits_per_unit(nats_sum: torch.Tensor, n_units: torch.Tensor) -> torch.Tensor
 
 class LanguageModelTask(Task):
     def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int,
-                 unit: str = "bytes"):
+                 unit: str = "bytes", accuracy: bool = False):
         super().__init__(model, optim, max_steps)
         self.unit = unit
         self.bits = bits_metric(unit)
-        self.metrics = (self.bits,)
+        self.accuracy = accuracy
+        self.metrics = (ACCURACY, self.bits) if accuracy else (self.bits,)
+        self.eval_correct = SumMetric()
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # (B, T) -> (B, T, V)
         return self.model(tokens)
@@ -49,13 +60,43 @@ class LanguageModelTask(Task):
         return self.training_loss(nats, **{self.bits.name: nats / LN2})
 
     def _eval_step(self, batch, split: str) -> None:
+        if self.accuracy:
+            return self._scored_step(batch)
         self.eval_nats.update(self._nats(batch, "sum"))
         self.eval_count.update((batch[1] != IGNORE_INDEX).sum())
 
+    def _scored_step(self, batch) -> None:
+        """Nats and correct predictions at the scored positions, the head applied there only."""
+        inputs, targets = batch  # (B, T) each
+        scored = targets != IGNORE_INDEX  # (B, T)
+        answers = targets[scored]  # (N,)
+        log_probs = self.model.head(self.model.hidden(inputs)[scored][None])[0].float()  # (N, V)
+        self.eval_nats.update(-log_probs.gather(-1, answers[:, None]).sum())
+        self.eval_count.update(scored.sum())
+        self.eval_correct.update((log_probs.argmax(-1) == answers).sum())
+
     def _eval_end(self, split: str) -> None:
         nats, n = self._split_loss(split)
-        self.log(self.bits.key(split), bits_per_unit(nats, n), prog_bar=split == "val",
+        bar = split == "val"
+        if self.accuracy:
+            correct = self.eval_correct.compute()
+            self.eval_correct.reset()
+            self.log(ACCURACY.key(split), correct / n, prog_bar=bar, sync_dist=False)
+        self.log(self.bits.key(split), bits_per_unit(nats, n), prog_bar=bar and not self.accuracy,
                  sync_dist=False)
+
+    def record_fields(self) -> dict:
+        """What the run record adds: each layer's state size at the data's length
+        (:func:`~xformer_bench.models.state_size.layer_state_bytes`, float32), and their mean;
+        None when a mixer fails to say (read as the run ends, whatever its outcome)."""
+        try:
+            layers = layer_state_bytes(self.model, self.model.dims.seq_len)
+        except Exception:  # noqa: BLE001 -- never mask the run's own outcome
+            return {"state_bytes": None}
+        known = [b for b in layers if b is not None]
+        mean = sum(known) / len(known) if known and len(known) == len(layers) else None
+        return {"state_bytes": {"layers": layers, "per_layer": mean,
+                                "seq_len": self.model.dims.seq_len, "dtype": "float32"}}
 
     def _reset_memory(self, training: bool | None) -> None:
         if hasattr(self.model, "reset_memory"):
@@ -81,4 +122,5 @@ def build(config: dict, datamodule: L.LightningDataModule) -> LanguageModelTask:
         config = {**config, "position": {**config["position"], "shape": list(layout)}}
     model = build_model(config, datamodule.vocab_size)
     return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"],
-                             unit=datamodule.unit)
+                             unit=datamodule.unit,
+                             accuracy=getattr(datamodule, "scores_accuracy", False))
