@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from xformer_bench.bench.length_table import Measure, length_table
 from xformer_bench.bench.peak_memory import peak_bytes
 from xformer_bench.config import compose_config
 from xformer_bench.errors import ConfigError
@@ -28,7 +29,7 @@ from xformer_bench.core.context import ForwardContext
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.token_mixer import build_token_mixer
 from xformer_bench.position import Position
-from xformer_bench.results.table import Cell, Column, Row, Table
+from xformer_bench.results.table import Table
 
 REFERENCE = "full"
 
@@ -166,36 +167,10 @@ def sweep(names: Iterable[str], lengths: list[int], shape: Shape, caps: Caps,
     return results
 
 
-def _ratio_text(value: float | None, reference: float | None, digits: int) -> str | None:
-    if value is None:
-        return None
-    ratio = f" ({value / reference:.2f}x)" if reference else ""
-    return f"{value:.{digits}f}{ratio}"
-
-
 def table(results: list[Measurement], shape: Shape, device: str) -> Table:
     """LRA Table 2's shape: a row per attention, steps/s and peak memory per length."""
-    lengths = sorted({m.length for m in results})
-    names = list(dict.fromkeys(m.attention for m in results))
-    at = {(m.attention, m.length): m for m in results}
-    columns = [Column(f"steps_{n}", f"steps/s T={n}", kind="text") for n in lengths]
-    columns += [Column(f"memory_{n}", f"MB T={n}", kind="text") for n in lengths]
-    rows = []
-    for name in names:
-        cells = []
-        for kind in ("steps", "memory"):
-            for n in lengths:
-                m, ref = at.get((name, n)), at.get((REFERENCE, n))
-                if m is None:
-                    cells.append(Cell())
-                elif m.status != "ok":
-                    cells.append(Cell(text=m.status))
-                elif kind == "steps":
-                    cells.append(Cell(text=_ratio_text(m.steps_per_sec, ref and ref.steps_per_sec, 2)))
-                else:
-                    cells.append(Cell(text=_ratio_text(m.peak_mb, ref and ref.peak_mb, 1)))
-        rows.append(Row(label=name, key=(("attention", name),), cells=tuple(cells), finished=1,
-                        total=1, statuses=""))
+    columns, rows = length_table(results, (Measure("steps_per_sec", "steps", "steps/s", 2),
+                                           Measure("peak_mb", "memory", "MB", 1)), REFERENCE, "T")
     mode = "causal" if shape.causal else "bidirectional"
     what = ("layer (projections included)" if shape.scope == "layer" else
             "kernel (q, k, v -> out; token mixers without a kernel: their whole layer)")
@@ -205,7 +180,7 @@ def table(results: list[Measurement], shape: Shape, device: str) -> Table:
             f"(speed-up over {REFERENCE}) and peak memory allocated in MB (ratio to {REFERENCE}); "
             "cap: stopped where time or memory would pass the caps; n/a: the option does not "
             "run this shape.")
-    return Table(experiment=f"attention_cost_{shape.scope}", columns=tuple(columns), rows=tuple(rows),
+    return Table(experiment=f"attention_cost_{shape.scope}", columns=columns, rows=rows,
                  loss_data="", note=note)
 
 

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import nn
 
-from xformer_bench.bench.attention_cost import _ratio_text
+from xformer_bench.bench.length_table import Measure, length_table
 from xformer_bench.bench.peak_memory import peak_bytes
 from xformer_bench.core.decode_cache import DecodeCache
-from xformer_bench.results.table import Cell, Column, Row, Table
+from xformer_bench.results.table import Table
 from xformer_bench.sample import Decoder
 
 REFERENCE = "full"
@@ -185,33 +185,15 @@ def state_growth(points: list[DecodePoint]) -> list[str]:
 
 def table(points: list[DecodePoint], shape: DecodeShape, device: str) -> Table:
     """A row per option: ms per token and cache MB per length, with ratios to ``full``."""
-    lengths = sorted({p.length for p in points})
-    names = list(dict.fromkeys(p.attention for p in points))
-    at = {(p.attention, p.length): p for p in points}
-    columns = [Column(f"ms_{n}", f"ms/token L={n}", kind="text") for n in lengths]
-    columns += [Column(f"cache_{n}", f"cache MB L={n}", kind="text") for n in lengths]
-    rows = []
-    for name in names:
-        cells = []
-        for kind, digits in (("ms_per_token", 2), ("cache_mb", 3)):
-            for n in lengths:
-                p, ref = at.get((name, n)), at.get((REFERENCE, n))
-                if p is None:
-                    cells.append(Cell())
-                elif p.status != "ok":
-                    cells.append(Cell(text=p.status))
-                else:
-                    reference = getattr(ref, kind) if ref is not None and ref.status == "ok" \
-                        else None
-                    cells.append(Cell(text=_ratio_text(getattr(p, kind), reference, digits)))
-        rows.append(Row(label=name, key=(("attention", name),), cells=tuple(cells), finished=1,
-                        total=1, statuses=""))
+    columns, rows = length_table(points, (Measure("ms_per_token", "ms", "ms/token", 2),
+                                          Measure("cache_mb", "cache", "cache MB", 3)),
+                                 REFERENCE, "L")
     note = (f"Decoding cost on {device}: a causal byte LM ({shape.n_layers} layers, d_model "
             f"{shape.d_model}, {shape.n_heads} heads, {shape.dtype}, batch {shape.batch}) "
             f"generating greedily through the decode cache; ms per token (median of the "
             f"{shape.timed} steps ending at L; ratio to {REFERENCE}) and the MB the cache holds "
             f"at L (ratio to {REFERENCE}); n/a: the model cannot decode with a cache.")
-    return Table(experiment="decode_cost", columns=tuple(columns), rows=tuple(rows),
+    return Table(experiment="decode_cost", columns=columns, rows=rows,
                  loss_data="", note=note)
 
 
