@@ -61,7 +61,8 @@ class Registry:
     def build(self, spec: Mapping[str, Any], **context: Any) -> Any:
         """Build from a config node ``{name, label, family, **kwargs}`` plus call-site context
         (``label`` is the human name used in tables, ``family`` the attention family)."""
-        kwargs = {k: v for k, v in dict(spec).items() if k not in DESCRIPTIVE_KEYS}
+        kwargs = {k: v for k, v in dict(spec).items()
+                  if k not in DESCRIPTIVE_KEYS and k not in RUN_KEYS.get(self.group, ())}
         builder = self.get(spec["name"])
         parameters = inspect.signature(builder).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
@@ -73,6 +74,9 @@ class Registry:
 
 DESCRIPTIVE_KEYS = ("name", "label", "family")
 """Keys of an option's YAML that describe it and are not its builder's arguments."""
+
+RUN_KEYS = {"data": ("val_subsample",)}
+"""Keys of a group's YAML that the run reads (its validation schedule), not the builder."""
 
 ATTENTION = Registry("attention", "xformer_bench.attention")
 NORM = Registry("norm", "xformer_bench.norm")

@@ -140,8 +140,9 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     from xformer_bench.training.loggers import build_loggers, close_loggers
     from xformer_bench.training.throughput import Throughput
     from xformer_bench.training.checkpoints import discard
-    from xformer_bench.training.trainer import build_trainer
+    from xformer_bench.training.trainer import build_trainer, validation_interval
     from xformer_bench.training.validation_history import ValidationHistory
+    from xformer_bench.training.validation_subsample import ValidationSubsample
 
     job_started = time.time()
     resume, checkpoints, resumable = _resumable(config, record["run_id"])  # before anything runs
@@ -164,9 +165,11 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     positions = getattr(getattr(task.model, "dims", None), "seq_len", seq_len)  # per example
     tokens_per_step = positions * batch_size * config["trainer"]["accumulate_grad_batches"]
     throughput, history = Throughput(tokens_per_step), ValidationHistory()
+    subsample = ValidationSubsample(config["data"].get("val_subsample"), validation_interval(
+        config["trainer"]["max_steps"], config["trainer"]["val_checks"]))
     loggers = build_loggers(config["logger"], run_dir, record)
     trainer = build_trainer(config["trainer"], loggers,
-                            [throughput, history, *resumable], run_dir)
+                            [throughput, history, subsample, *resumable], run_dir)
     # Each rank trains on its own batches, each step on accumulate_grad_batches of them.
     flops = flops.scaled(config["trainer"]["accumulate_grad_batches"] * trainer.world_size)
     record.update(flops_per_step=flops.total, flops_analytic=flops.analytic,
@@ -195,6 +198,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
             final=history.points[-1] if history.points else None,
             history=history.points,
             eval_counts=dict(task.evaluated_units),
+            val_subsample=subsample.report(),
             model_report=task.model.report(),
             **(task.record_fields() if hasattr(task, "record_fields") else {}),
         )

@@ -36,6 +36,10 @@ DECODE_STATES = {
 }
 """What a token mixer may declare it keeps between decoding steps (``TokenMixer.decode_state``)."""
 
+SHARED_BY_ROWS = frozenset({"taps"})
+"""Slot entries that every batch row shares (hyena's filter taps, (D, S)); every other tensor
+a slot holds has the batch first."""
+
 
 class DecodeCache:
     """Per mixer application, a dict kept from one decoding step to the next."""
@@ -73,3 +77,21 @@ class DecodeCache:
             raise RuntimeError(f"a mixer application cached {k.shape[2]} positions, expected "
                                f"{self.length}")
         return k, v
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep, in this order, the batch rows ``rows`` (N,) of every slot: a beam search's
+        hypotheses after a step, each continuing the row it came from."""
+        self.slots = [{key: value if key in SHARED_BY_ROWS else _take_rows(value, rows)
+                       for key, value in slot.items()} for slot in self.slots]
+
+
+def _take_rows(value: Any, rows: torch.Tensor) -> Any:
+    """``value``'s batch rows ``rows``: a tensor's first dimension, or each tensor of a tuple,
+    list or dict of them."""
+    if isinstance(value, torch.Tensor):
+        return value.index_select(0, rows.to(value.device))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_take_rows(v, rows) for v in value)
+    if isinstance(value, dict):
+        return {k: _take_rows(v, rows) for k, v in value.items()}
+    return value

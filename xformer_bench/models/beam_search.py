@@ -25,7 +25,10 @@ length penalty.  With a beam as wide as the search space (``beam >= V ** max_len
 pruned and (b) cannot fire before the last step, so the search is exact.
 
 All live hypotheses of all unfinished examples go to the model in one call per step, examples
-that stopped dropped; the model recomputes each prefix whole (no key/value cache).
+that stopped dropped.  Without ``reorder`` the model recomputes each prefix whole; with it, a
+model that keeps a decode cache is told before each step which row of the previous step's
+prefixes each new prefix continues (``reorder(parents)``), reorders its cache so, and needs to
+score only each prefix's last token.
 """
 
 from __future__ import annotations
@@ -50,10 +53,13 @@ def length_penalty_of(length: int, alpha: float) -> float:
 
 def beam_search(next_log_probs: NextLogProbs, batch_size: int, *, bos_id: int, eos_id: int,
                 beam: int, max_len: int | torch.Tensor, length_penalty: float = 0.6,
-                device: torch.device | None = None) -> list[list[int]]:
+                device: torch.device | None = None,
+                reorder: Callable[[torch.Tensor], None] | None = None) -> list[list[int]]:
     """The best hypothesis of each example under the length-penalised score: its generated
     tokens without bos and without the final eos.  ``max_len`` (int or (batch_size,)) is the
-    most tokens generated per example, eos included; ``beam == 1`` is greedy decoding."""
+    most tokens generated per example, eos included; ``beam == 1`` is greedy decoding.
+    ``reorder(parents)``, before every step but the first: ``parents`` (N,) long, the row of
+    the previous step's prefixes that each of this step's N prefixes extends."""
     if beam < 1:
         raise ValueError(f"beam={beam} must be at least 1")
     if length_penalty < 0:
@@ -63,18 +69,25 @@ def beam_search(next_log_probs: NextLogProbs, batch_size: int, *, bos_id: int, e
     live: list[list[Hypothesis]] = [[(0.0, [])] for _ in range(batch_size)]
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
     active = [b for b in range(batch_size) if limits[b] > 0]
+    origins: list[list[int]] = [[0] for _ in range(batch_size)]  # each live one's previous row
     step = 0
     while active:
         step += 1
+        if reorder is not None and step > 1:
+            reorder(torch.tensor([row for b in active for row in origins[b]], device=device))
         prefixes = torch.tensor([[bos_id, *tokens] for b in active for _, tokens in live[b]],
                                 dtype=torch.long, device=device)  # (N, step)
         rows = torch.tensor([b for b in active for _ in live[b]], device=device)  # (N,)
         log_probs = next_log_probs(prefixes, rows).float()  # (N, V)
         best, where = _top_candidates(log_probs, [live[b] for b in active], beam)  # (A, k) each
+        first_row = 0
         for b, scores, flats in zip(active, best.tolist(), where.tolist()):
-            live[b], done = _select(live[b], scores, flats, log_probs.shape[1], beam=beam,
-                                    eos_id=eos_id, step=step, limit=limits[b],
-                                    alpha=length_penalty)
+            width = len(live[b])
+            live[b], slots, done = _select(live[b], scores, flats, log_probs.shape[1],
+                                           beam=beam, eos_id=eos_id, step=step,
+                                           limit=limits[b], alpha=length_penalty)
+            origins[b] = [first_row + slot for slot in slots]
+            first_row += width
             finished[b] += done
         active = [b for b in active
                   if not _done(live[b], finished[b], beam, limits[b], length_penalty)]
@@ -98,11 +111,12 @@ def _top_candidates(log_probs: torch.Tensor, beams: list[list[Hypothesis]],
 
 def _select(hyps: list[Hypothesis], scores: list[float], flats: list[int], vocab: int, *,
             beam: int, eos_id: int, step: int, limit: int,
-            alpha: float) -> tuple[list[Hypothesis], list[Hypothesis]]:
-    """One example's step from its ranked candidates: (the new live hypotheses, the newly
-    finished ones with their penalised scores)."""
+            alpha: float) -> tuple[list[Hypothesis], list[int], list[Hypothesis]]:
+    """One example's step from its ranked candidates: (the new live hypotheses, the slot of
+    the live hypothesis each extends, the newly finished ones with their penalised scores)."""
     penalty = length_penalty_of(step, alpha)
     kept: list[Hypothesis] = []
+    slots: list[int] = []
     done: list[Hypothesis] = []
     for rank, (score, flat) in enumerate(zip(scores, flats)):
         if score == -math.inf:  # padding, or a token of probability zero: so are all after
@@ -113,10 +127,11 @@ def _select(hyps: list[Hypothesis], scores: list[float], flats: list[int], vocab
                 done.append((score / penalty, tokens))
         elif len(kept) < beam:
             kept.append((score, tokens + [token]))
+            slots.append(flat // vocab)
     if step >= limit:  # out of length: finished as they are
         done += [(score / penalty, tokens) for score, tokens in kept]
-        kept = []
-    return kept, done
+        kept, slots = [], []
+    return kept, slots, done
 
 
 def _done(live: list[Hypothesis], finished: list[Hypothesis], beam: int, limit: int,

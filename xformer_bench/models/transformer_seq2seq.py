@@ -27,6 +27,7 @@ from xformer_bench.models.body import (CROSS_DECODER, Assembly, build_body, init
                                        refuse_streams)
 from xformer_bench.models.block_sharing import side_options
 from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.decode_cache import DecodeCache
 from xformer_bench.models.cross_attention import CrossAttention
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.models.transparent_attention import (TransparentCrossAttention,
@@ -89,13 +90,20 @@ class EncoderDecoder(Assembly):
         return x, padding
 
     def decode(self, target: torch.Tensor, encoded: torch.Tensor, padding: torch.Tensor | None,
-               gold: torch.Tensor | None = None, **loss: Any) -> torch.Tensor:
+               gold: torch.Tensor | None = None, cache: DecodeCache | None = None,
+               **loss: Any) -> torch.Tensor:
         """Next-token log-probs (B, T, V) after each prefix of ``target`` (B, T), given the
         encoder's output of the same rows; given ``gold`` (B, T), the head's cross-entropy of
-        it instead (``head.loss`` with the options ``loss``)."""
+        it instead (``head.loss`` with the options ``loss``).  With ``cache``, ``target`` are
+        the positions after the ``cache.length`` decoded before, which they extend
+        (``TransformerLM.decode``'s contract; for a decoder ``cache_blocker`` allows)."""
+        start = 0
+        if cache is not None:
+            cache.begin_step(target.shape[1])
+            start = cache.start
         ctx = ForwardContext(self.position, causal=True, encoder_output=encoded,
-                             encoder_padding_mask=padding)
-        x = self.dropout(self.position.embed(self.embedding(target)))  # (B, T, D)
+                             encoder_padding_mask=padding, cache=cache)
+        x = self.dropout(self.position.embed(self.embedding(target), start=start))  # (B, T, D)
         x = self.final_norm(self.stack(x, ctx))
         losses = [loss for loss in (self._encoder_auxiliary_loss, ctx.auxiliary_loss())
                   if loss is not None]

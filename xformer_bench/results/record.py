@@ -54,7 +54,8 @@ IDENTITY_NEUTRAL = {
     "head": {"name": "softmax", "label": "Softmax", "tie": True},
     "trainer": {"checkpoint_every": None, "compile": False},
     "data": {"resize": "crop", "crop_scale": [0.08, 1.0], "crop_ratio": [0.75, 4 / 3],
-             "flip": 0.5},  # data=imagenet's augmentation keys (issue 26)
+             "flip": 0.5,  # data=imagenet's augmentation keys (issue 26)
+             "val_subsample": None},
 }
 """Keys added after records existed, at the value that trains what runs did before they
 existed: left out of the hash at that value, so older records keep their ids (and a study

@@ -24,6 +24,9 @@ DATA = Group("data", common={
     "batch_size": Int("training examples (windows, sentence pairs) per step", 1),
     "eval_batch_size": Int("examples per evaluation batch", 1),
     "num_workers": Int("DataLoader worker processes", 0),
+    "val_subsample": Int("evaluation batches scored at each validation before the last (the "
+                         "split's first ones); the last and the test score the whole split", 1,
+                         null="the whole split at every validation"),
 }, options={
     "associative_recall": {
         "n_pairs": Int("key-value pairs per example", 1),

@@ -6,8 +6,11 @@ Evaluation decodes every sentence of the split: validation greedily (cheap, to f
 training), test with beam search (``eval.beam``, the paper's 4, and the GNMT length penalty
 ``eval.length_penalty`` = 0.6; at most ``eval.max_extra_len`` = 50 tokens beyond the source
 length, section 6.1, and within the model's ``data.seq_len`` positions).  Both also log the
-mean per-token cross-entropy of the references (``val/loss``, no smoothing).  Decoding recomputes the decoder over the prefix at each step (no
-key/value cache): a simplification that costs time, not results.
+mean per-token cross-entropy of the references (``val/loss``, no smoothing).  The decoder
+continues each hypothesis from a key/value cache (one new position a step, the cache reordered
+with the beam) when its stack, position and self-attention allow
+(:func:`~xformer_bench.models.cached_decoding.cache_blocker`); otherwise it recomputes every
+prefix whole -- the same translations, slower (the record's ``decoding.cache`` says which).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from sacrebleu.metrics import BLEU as SacreBLEU
 
 from xformer_bench.metric_spec import MetricSpec
 from xformer_bench.models.beam_search import beam_search
+from xformer_bench.core.decode_cache import DecodeCache
 from xformer_bench.models.build import build_seq2seq
+from xformer_bench.models.cached_decoding import cache_blocker
 from xformer_bench.tasks import TASK
 from xformer_bench.tasks.base import Task
 
@@ -48,6 +53,7 @@ class TranslationTask(Task):
         self.length_penalty = float(eval_options.get("length_penalty", 0.6))
         self.max_extra_len = int(eval_options.get("max_extra_len", 50))
         self.hypotheses: list[tuple[int, str]] = []
+        self.cached = cache_blocker(model) is None
         self.signature: str | None = None
 
     def _nats(self, batch, **loss) -> torch.Tensor:
@@ -61,19 +67,28 @@ class TranslationTask(Task):
         return self.training_loss(self._nats(batch, label_smoothing=self.label_smoothing))
 
     def translate(self, source: torch.Tensor, beam: int) -> list[list[int]]:
-        """Token ids of the best translation of each row of ``source`` (B, S)."""
+        """Token ids of the best translation of each row of ``source`` (B, S): the decoder
+        continues each hypothesis from a decode cache where ``cache_blocker`` allows (one
+        new position a step), else recomputes every prefix whole."""
         encoded, padding = self.model.encode(source)
         lengths = (source != self.ids["pad"]).sum(dim=1)  # (B,)
+        cache = DecodeCache() if self.cached else None
+
+        def reorder(parents: torch.Tensor) -> None:
+            cache.reorder(parents)
 
         def next_log_probs(prefixes: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
             rows_padding = None if padding is None else padding[rows]
-            return self.model.decode(prefixes, encoded[rows], rows_padding)[:, -1].float()
+            new = prefixes if cache is None or cache.length == 0 else prefixes[:, -1:]
+            return self.model.decode(new, encoded[rows], rows_padding,
+                                     cache=cache)[:, -1].float()
 
         return beam_search(next_log_probs, len(source), bos_id=self.ids["bos"],
                            eos_id=self.ids["eos"], beam=beam,
                            max_len=(lengths + self.max_extra_len).clamp(
                                max=self.model.dims.seq_len - 1),  # within the positions
-                           length_penalty=self.length_penalty, device=source.device)
+                           length_penalty=self.length_penalty, device=source.device,
+                           reorder=reorder if cache is not None else None)
 
     def _eval_step(self, batch, split: str) -> None:
         source, target, index = batch
@@ -97,7 +112,7 @@ class TranslationTask(Task):
         """What the run record adds: sacreBLEU's signature and the decoding protocol."""
         return {"bleu_signature": self.signature,
                 "decoding": {"val": "greedy", "test": f"beam {self.beam['test']}",
-                             "length_penalty": self.length_penalty,
+                             "length_penalty": self.length_penalty, "cache": self.cached,
                              "max_extra_len": self.max_extra_len}}
 
 
