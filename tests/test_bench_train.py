@@ -35,3 +35,22 @@ def test_the_race_on_a_gpu_reports_bf16_throughput_and_mfu(monkeypatch):
         assert row["tokens_per_sec"] > 0 and row["step_memory_mib"] > 0
         if "H100" in torch.cuda.get_device_name() or "H200" in torch.cuda.get_device_name():
             assert 0 < row["mfu"] < 1
+
+
+def test_the_whole_run_clocks_both_contenders_from_process_start(monkeypatch):
+    from xformer_bench.bench import whole_run
+
+    monkeypatch.setitem(train_race.SIZES, "tiny", TINY)
+    floor = whole_run.floor_script("tiny", steps=3)
+    assert 0 <= floor["compose_seconds"] < floor["seconds"]
+    rate = whole_run.whole_run("floor", "default", steps=2)  # a fresh process, as a script
+    assert 0 < rate < 2 * 16 * 128 / 0.2  # its start-up (imports, data, model) is counted
+
+
+def test_a_record_has_the_whole_runs_training_time_less_its_validations(tmp_path):
+    from conftest import run_tiny
+
+    record = run_tiny(tmp_path)
+    train = record["steps"] / record["steps_per_sec"]
+    assert record["training_wall_seconds"] > record["startup_seconds"] + 0.5 * train
+    assert record["training_wall_seconds"] < record["startup_seconds"] + record["wall_time_sec"]

@@ -97,16 +97,21 @@ def _compile(model, backend: bool | str | None) -> None:
         model.compile(**({} if backend is True else {"backend": backend}))
 
 
-def _startup(first_step_at: float | None, job_started: float) -> dict[str, float | None]:
+def _startup(throughput, job_started: float) -> dict[str, float | None]:
     """Seconds to the first training step: from this job's start (a sweep's per-run overhead:
-    data, model, probes, trainer) and from the process's start (imports included)."""
+    data, model, probes, trainer) and from the process's start (imports included); and the
+    whole run's training time: from the process's start to the end of the last step, less the
+    validations (``training_wall_seconds``: what a hand-written script's wall clock counts)."""
     from xformer_bench.training.throughput import process_started_at
 
-    if first_step_at is None:
-        return {"setup_seconds": None, "startup_seconds": None}
+    first, last = throughput.first_step_at, throughput.last_step_at
+    if first is None:
+        return {"setup_seconds": None, "startup_seconds": None, "training_wall_seconds": None}
     process = process_started_at()
-    return {"setup_seconds": first_step_at - job_started,
-            "startup_seconds": None if process is None else first_step_at - process}
+    return {"setup_seconds": first - job_started,
+            "startup_seconds": None if process is None else first - process,
+            "training_wall_seconds": None if process is None or last is None else
+            last - process - throughput.validation_seconds}
 
 
 def _attention_coverage(config: dict[str, Any], model, task: str,
@@ -193,7 +198,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
             steps_per_sec=throughput.steps_per_sec,
             tokens_per_sec=throughput.tokens_per_sec,
             validation_seconds=throughput.validation_seconds,
-            **_startup(throughput.first_step_at, job_started),
+            **_startup(throughput, job_started),
             early=history.at_fraction(1 / 8, max_steps),
             final=history.points[-1] if history.points else None,
             history=history.points,

@@ -28,6 +28,7 @@ class Throughput(L.Callback):
         self.timed_steps = 0
         self.validation_seconds = 0.0  # wall time inside validations (the record's share)
         self.first_step_at: float | None = None  # wall clock (time.time) of this process's first step
+        self.last_step_at: float | None = None  # ... and the end of its last one so far
         self._last: float | None = None
         self._validating_since: float | None = None
         self._warm = False
@@ -63,6 +64,7 @@ class Throughput(L.Callback):
             return
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
+        self.last_step_at = time.time()
         if not self._warm:
             self._warm = True
             return
