@@ -18,11 +18,12 @@ DIMS = ModelDims(d_model=32, n_heads=2, n_layers=2, d_ff=64, seq_len=24, vocab_s
 PAD, BOS, EOS = 0, 1, 2
 
 
-def _task(attention: str = "full", position: str = "sinusoidal", stack: str = "standard"):
+def _task(attention: str = "full", position: str = "sinusoidal", stack: str = "standard",
+          **options):
     torch.manual_seed(0)
     model = EncoderDecoder(DIMS, {"name": attention}, {"name": "layernorm"}, {"name": "gelu"},
                            {"name": position}, {"name": "dense"}, {"name": stack},
-                           pad_id=PAD).eval()
+                           pad_id=PAD, **options).eval()
     data = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, decode=str, references=None)
     return TranslationTask(model, data, {}, max_steps=2, eval_options={})
 
@@ -36,10 +37,12 @@ def _sources() -> torch.Tensor:
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-@pytest.mark.parametrize("attention,position", [("full", "sinusoidal"), ("local", "rotary"),
-                                                ("multi_query", "learned")])
-def test_cached_beam_search_translates_as_recomputing_every_prefix(beam, attention, position):
-    task = _task(attention, position)
+@pytest.mark.parametrize("attention,position,options", [
+    ("full", "sinusoidal", {}), ("local", "rotary", {}), ("multi_query", "learned", {}),
+    ("full", "sinusoidal", {"transparent_attention": True})])
+def test_cached_beam_search_translates_as_recomputing_every_prefix(beam, attention, position,
+                                                                   options):
+    task = _task(attention, position, **options)
     assert task.cached
     with torch.no_grad():
         cached = task.translate(_sources(), beam)
@@ -58,10 +61,15 @@ def test_cached_decoding_feeds_one_position_a_step_and_a_stale_cache_is_caught(m
         widths.append(target.shape[1])
         return decode(target, *args, **kwargs)
 
+    projections: list[int] = []  # the encoder output's key/value projections, per layer
+    for block in task.model.stack.blocks:
+        block.cross_attention.key_value.register_forward_hook(
+            lambda module, args, out: projections.append(args[0].shape[0]))
     monkeypatch.setattr(task.model, "decode", counted)
     with torch.no_grad():
         reference = task.translate(_sources(), 4)
     assert widths[0] == 1 and set(widths[1:]) == {1} and len(widths) > 3
+    assert projections == [5] * DIMS.n_layers  # once, at the first step, kept in the cache
     # planted: a cache that is not reordered with the beam gives other translations or fails
     monkeypatch.setattr(DecodeCache, "reorder", lambda self, rows: None)
     try:

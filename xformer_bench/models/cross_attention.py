@@ -4,6 +4,8 @@ position over every non-padding source position.  No position scheme acts here (
 positions were encoded by the encoder; relative biases and rotations are self-attention's), so
 the kernel is exact attention by default -- the ``attention`` option applies to
 self-attention, as the issue asks, and a kernel that supports longer keys could be passed in.
+Decoding from a cache (``ctx.cache``), the encoder output's keys and values are projected at
+the first step and kept in this application's slot (reordered with the beam like the rest).
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ class CrossAttention(TokenMixer):
             raise RuntimeError("cross-attention without an encoder output: the encoder-decoder "
                                "sets ctx.encoder_output before its decoder runs")
         q = self._heads(self.query(x))  # (B, H, T, Dh)
-        k, v = (self._heads(y) for y in self.key_value(ctx.encoder_output).chunk(2, dim=-1))
+        slot = ctx.cache.slot() if ctx.cache is not None else {}
+        if "encoder_keys" in slot:
+            k, v = slot["encoder_keys"], slot["encoder_values"]
+        else:  # (B, H, S, Dh) each
+            k, v = (self._heads(y) for y in self.key_value(ctx.encoder_output).chunk(2, dim=-1))
+            if ctx.cache is not None:
+                slot["encoder_keys"], slot["encoder_values"] = k, v
         y = self.kernel(q, k, v, causal=False,
                         key_padding_mask=ctx.encoder_padding_mask)  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).flatten(2))  # (B, T, D)
