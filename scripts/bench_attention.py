@@ -5,7 +5,8 @@
         --batch 1 --heads 4 --head-dim 64 --bidirectional --cap-seconds 10
 
 Writes results/bench/attention.{md,tex,csv} and attention.{png,pdf} (log-log time and memory
-against T); with --scope kernel, attention_kernel.* (q, k, v -> out alone, where the option has
+against T); with --scope model, attention_step.md (a model's training step against its Amdahl
+bound: :mod:`xformer_bench.bench.step_bound`); with --scope kernel, attention_kernel.* (q, k, v -> out alone, where the option has
 a kernel); with --bidirectional, the same names ending in _bidirectional; on CUDA (synchronised
 timing, max_memory_allocated, bf16 autocast by default), attention_cuda*.  The CSV grows as the
 sweep goes; ``--from-csv FILE`` renders the tables and plots of an earlier (or cut-off) sweep.
@@ -36,8 +37,9 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--bidirectional", action="store_true", help="default: causal")
-    parser.add_argument("--scope", choices=("layer", "kernel"), default="layer",
-                        help="time the whole sublayer, or the kernel alone where there is one")
+    parser.add_argument("--scope", choices=("layer", "kernel", "model"), default="layer",
+                        help="time the whole sublayer, the kernel alone where there is one, or "
+                        "a model's training step against its Amdahl bound (CPU)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes (the fastest counts)")
     parser.add_argument("--cap-seconds", type=float, default=30.0)
     parser.add_argument("--cap-megabytes", type=float, default=8192.0)
@@ -48,6 +50,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     args = parser.parse_args()
 
+    if args.scope == "model":
+        from xformer_bench.bench.step_bound import StepShape, markdown as step_markdown
+        from xformer_bench.bench.step_bound import sweep as step_sweep
+
+        names = ["full", *(n for n in args.attention if n != "full")]
+        points = step_sweep(names, sorted(args.lengths), StepShape(batch=args.batch),
+                            max(3, args.repeats))
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / "attention_step.md"
+        path.write_text(step_markdown(points, f"CPU ({torch.get_num_threads()} threads)"))
+        print(f"wrote {path}")
+        return
     device = torch.device(args.device)
     dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
     shape = Shape(args.batch, args.heads, args.head_dim, not args.bidirectional, args.scope, dtype)

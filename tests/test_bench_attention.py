@@ -106,3 +106,21 @@ def test_the_script_benches_bidirectional_only_options_under_their_own_name(tmp_
     linformer = next(line for line in rendered.splitlines() if line.startswith("| linformer"))
     assert "n/a" not in linformer and "x)" in linformer  # measured, with its ratio to full
     assert not (tmp_path / "attention.md").exists()  # the causal table is not overwritten
+
+
+def test_the_step_bound_removes_every_attention_kernel_and_scores_the_share_saved():
+    from xformer_bench.bench import step_bound
+
+    shape = step_bound.StepShape(d_model=16, n_layers=2, n_heads=2)
+    free = step_bound.build("full", 32, shape, free=True)
+    kernels = [m.kernel for m in free.modules() if hasattr(m, "kernel")]
+    assert len(kernels) == 2 and all(isinstance(k, step_bound.FreeKernel) for k in kernels)
+    with pytest.raises(RuntimeError, match="replaced 0 attention kernels"):
+        step_bound.build("gmlp", 32, shape, free=True)  # no kernel to replace: said, not faked
+    full, option, bound = (step_bound.StepPoint(n, 32, s, 1.0)
+                           for n, s in (("full", 1.0), ("local", 0.7), ("free", 0.6)))
+    assert step_bound.share_of_bound(full, option, bound) == pytest.approx(0.75)
+    points = step_bound.sweep(["full", "local"], [32], shape, steps=1, progress=lambda _: None)
+    assert [p.attention for p in points] == ["full", "free", "local"]
+    table = step_bound.markdown(points, "test")
+    assert "| local | 32 |" in table and "| full (free) | 32 |" in table

@@ -1,0 +1,138 @@
+"""Efficiency through the training step, against its Amdahl bound.
+
+A kernel that is fast alone can still leave the training step slow (gathers, masks, casts
+around it).  For each attention option and length T this times the whole training step of a
+small model (``model.d_model`` 256, 2 layers, 4 heads, batch 1 by default) three ways, in the
+hand-written loop of :mod:`.train_race` (forward, cross-entropy, backward, clipping, AdamW):
+
+* ``t_full`` -- with full attention (``attention=full``, on CPU the fused SDPA kernel);
+* ``t_option`` -- with the option at its YAML defaults;
+* ``t_free`` -- full attention's model with every attention kernel replaced by one that returns
+  its values unchanged (:class:`FreeKernel`): projections, norms and feed-forward kept, the
+  attention itself removed -- the fastest any attention could make this step.
+
+The bound speed-up is ``t_full / t_free``; the option's ``t_full / t_option``; the share of
+the bound it reaches is ``(t_full - t_option) / (t_full - t_free)``: the fraction of full
+attention's own time that the option saves (1 = free, 0 = no faster than full, negative =
+slower).  Each step's peak memory (the allocation tracker) is reported beside full's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from xformer_bench.bench.train_race import hand_loop
+
+
+class FreeKernel(nn.Module):
+    """An attention kernel that costs nothing: its output is its values."""
+
+    def forward(self, q, k, v, **_):  # (B, H, T, Dh) -> (B, H, T, Dh)
+        return v
+
+
+@dataclass(frozen=True)
+class StepShape:
+    d_model: int = 256
+    n_layers: int = 2
+    n_heads: int = 4
+    batch: int = 1
+
+    def size(self, length: int) -> dict:
+        return dict(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
+                    d_ff=4 * self.d_model, seq_len=length, batch=self.batch)
+
+
+def build(attention: str, length: int, shape: StepShape, free: bool = False) -> nn.Module:
+    from xformer_bench.config import compose_config
+    from xformer_bench.models.build import build_model
+
+    size = shape.size(length)
+    config = compose_config(f"attention={attention}", f"model.d_model={size['d_model']}",
+                            f"model.n_layers={size['n_layers']}",
+                            f"model.n_heads={size['n_heads']}", f"model.d_ff={size['d_ff']}",
+                            f"data.seq_len={length}", f"data.batch_size={size['batch']}")
+    torch.manual_seed(0)
+    model = build_model(config, vocab_size=256)
+    if free:
+        replaced = 0
+        for module in model.modules():
+            if hasattr(module, "kernel") and isinstance(module.kernel, nn.Module):
+                module.kernel, replaced = FreeKernel(), replaced + 1
+        if replaced != shape.n_layers:
+            raise RuntimeError(f"replaced {replaced} attention kernels, expected {shape.n_layers}")
+    return model
+
+
+@dataclass
+class StepPoint:
+    attention: str
+    length: int
+    seconds: float       # one training step
+    peak_mb: float       # its allocation-tracker peak
+
+
+def time_step(attention: str, length: int, shape: StepShape, steps: int,
+              free: bool = False) -> StepPoint:
+    from xformer_bench.training.step_memory import training_step_memory
+
+    model = build(attention, length, shape, free)
+    size = shape.size(length)
+    tokens_per_sec, _ = hand_loop(model, size, steps, warmup=1, device="cpu",
+                                  precision="32-true")
+    memory = training_step_memory(model, length, size["batch"], 256)
+    return StepPoint("free" if free else attention, length,
+                     size["batch"] * length / tokens_per_sec, memory)
+
+
+def share_of_bound(full: StepPoint, option: StepPoint, free: StepPoint) -> float:
+    """(t_full - t_option) / (t_full - t_free): the share of full attention's time saved."""
+    return (full.seconds - option.seconds) / (full.seconds - free.seconds)
+
+
+def markdown(points: list[StepPoint], where: str) -> str:
+    """A row per (option, length): step time, speed-up over full, the bound's speed-up, the
+    share of the bound reached, peak memory and its ratio to full's."""
+    at = {(p.attention, p.length): p for p in points}
+    lines = [f"The training step against its Amdahl bound ({where}); share of the bound = "
+             "(t_full - t_option) / (t_full - t_free)", "",
+             "| attention | T | s / step | speed-up | bound | share of bound | step MiB | "
+             "memory vs full |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in points:
+        if p.attention in ("full", "free"):
+            continue
+        full, free = at[("full", p.length)], at[("free", p.length)]
+        lines.append(f"| {p.attention} | {p.length} | {p.seconds:.3f} | "
+                     f"{full.seconds / p.seconds:.2f}x | {full.seconds / free.seconds:.2f}x | "
+                     f"{100 * share_of_bound(full, p, free):.0f} % | {p.peak_mb:.0f} | "
+                     f"{p.peak_mb / full.peak_mb:.2f}x |")
+    for length in sorted({p.length for p in points}):
+        full, free = at[("full", length)], at[("free", length)]
+        lines.append(f"| full (free) | {length} | {full.seconds:.3f} ({free.seconds:.3f}) | "
+                     f"1.00x | {full.seconds / free.seconds:.2f}x | 0 % | {full.peak_mb:.0f} | "
+                     f"1.00x |")
+    return "\n".join(lines) + "\n"
+
+
+def sweep(names: list[str], lengths: list[int], shape: StepShape, steps: int,
+          progress=print) -> list[StepPoint]:
+    """Full and the free bound at each length, then every option; an option the decoder LM
+    refuses (bidirectional-only) is skipped with a line."""
+    from xformer_bench.errors import ConfigError
+
+    points = []
+    for length in lengths:
+        points += [time_step("full", length, shape, steps),
+                   time_step("full", length, shape, steps, free=True)]
+    for name in (n for n in names if n != "full"):
+        for length in lengths:
+            try:
+                points.append(time_step(name, length, shape, steps))
+            except ConfigError as error:
+                progress(f"skip {name}: {error}")
+                break
+            progress(f"{name} T={length}: {points[-1].seconds:.3f} s/step")
+    return points
