@@ -74,9 +74,6 @@ class TranslationTask(Task):
         lengths = (source != self.ids["pad"]).sum(dim=1)  # (B,)
         cache = DecodeCache() if self.cached else None
 
-        def reorder(parents: torch.Tensor) -> None:
-            cache.reorder(parents)
-
         def next_log_probs(prefixes: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
             rows_padding = None if padding is None else padding[rows]
             new = prefixes if cache is None or cache.length == 0 else prefixes[:, -1:]
@@ -88,7 +85,7 @@ class TranslationTask(Task):
                            max_len=(lengths + self.max_extra_len).clamp(
                                max=self.model.dims.seq_len - 1),  # within the positions
                            length_penalty=self.length_penalty, device=source.device,
-                           reorder=reorder if cache is not None else None)
+                           reorder=None if cache is None else cache.reorder)
 
     def _eval_step(self, batch, split: str) -> None:
         source, target, index = batch
