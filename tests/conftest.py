@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import subprocess
 import sys
@@ -17,7 +19,8 @@ import torch  # noqa: E402
 __import__("lightning")  # its log handler binds to the session's stream here, not to the
 # stream of whichever test's capsys happens to import it first (closed after that test)
 
-from xformer_bench.config import choice_groups, compose_config  # noqa: E402,F401 -- tests import it
+from xformer_bench import config as config_module  # noqa: E402
+from xformer_bench.config import choice_groups  # noqa: E402,F401 -- tests import it
 from xformer_bench.core.dims import ModelDims  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -26,6 +29,19 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture
 def tiny_dims() -> ModelDims:
     return ModelDims(d_model=32, n_heads=4, n_layers=2, d_ff=64, seq_len=16, vocab_size=256)
+
+
+@functools.lru_cache(maxsize=1024)
+def _composed(overrides: tuple[str, ...], conf_dir: str, data_dir: str | None) -> dict:
+    return config_module.compose_config(*overrides)
+
+
+def compose_config(*overrides: str) -> dict:
+    """The CLI's config for ``overrides`` (:func:`xformer_bench.config.compose_config`), composed
+    once per session for each override list, config folder and data directory -- Hydra re-reads
+    every YAML at each compose -- and handed out as a fresh copy each time."""
+    key = (tuple(overrides), str(config_module.CONF_DIR), os.environ.get("XBENCH_DATA_DIR"))
+    return copy.deepcopy(_composed(*key))
 
 
 TINY_RUN = ("data.size=20000", "data.seq_len=32", "data.batch_size=4", "data.eval_batch_size=16",

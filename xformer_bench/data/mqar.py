@@ -70,6 +70,7 @@ class MQARDataModule(ExampleDataModule):
                  random_non_queries: bool, sizes: dict[str, int], data_seed: int,
                  batch_size: int, seed: int, **loader):
         self.n_pairs, self.vocab_size = n_pairs, vocab_size
+        self.scored_per_example = n_pairs  # one scored target per query (the lm task's gather)
         make = partial(mqar_example, seq_len=seq_len, n_pairs=n_pairs, vocab_size=vocab_size,
                        gaps=gap_probabilities((seq_len - 2 * n_pairs) // 2, power_a),
                        random_non_queries=random_non_queries)

@@ -11,8 +11,10 @@ streams run is the data's: :func:`xformer_bench.run._stream_if_remembered`).
 
 Data that declares ``scores_accuracy`` (MQAR, :mod:`xformer_bench.data.mqar`) is scored first
 by :data:`~xformer_bench.metric_spec.ACCURACY`: the fraction of scored positions whose most
-likely token is the target (Zoology's recall accuracy), evaluated -- like their nats -- from
-the head at the scored positions only.  The record also carries each layer's state size
+likely token is the target (Zoology's recall accuracy).  Data that scores at most n targets
+an example (``scored_per_example``: MQAR's queries) is trained and evaluated with the output
+head at those columns only (:func:`~xformer_bench.targets.scored_columns`): the same loss, for
+n of T positions' V-way softmax.  The record also carries each layer's state size
 (``state_bytes``, :mod:`xformer_bench.models.state_size`), the x-axis of the recall plot.
 """
 
@@ -26,7 +28,7 @@ from torchmetrics import SumMetric
 
 from xformer_bench.models.build import build_model
 from xformer_bench.models.state_size import layer_state_bytes
-from xformer_bench.targets import IGNORE_INDEX
+from xformer_bench.targets import IGNORE_INDEX, scored_columns
 from xformer_bench.tasks import TASK
 from xformer_bench.metric_spec import ACCURACY, bits_metric
 from xformer_bench.tasks.base import Task
@@ -40,9 +42,11 @@ def bits_per_unit(nats_sum: torch.Tensor, n_units: torch.Tensor) -> torch.Tensor
 
 class LanguageModelTask(Task):
     def __init__(self, model: torch.nn.Module, optim: dict, max_steps: int,
-                 unit: str = "bytes", accuracy: bool = False):
+                 unit: str = "bytes", accuracy: bool = False,
+                 scored_per_example: int | None = None):
         super().__init__(model, optim, max_steps)
         self.unit = unit
+        self.scored_per_example = scored_per_example
         self.bits = bits_metric(unit)
         self.accuracy = accuracy
         self.metrics = (ACCURACY, self.bits) if accuracy else (self.bits,)
@@ -53,7 +57,19 @@ class LanguageModelTask(Task):
 
     def _nats(self, batch, reduction: str) -> torch.Tensor:
         inputs, targets = batch  # (B, T) each
-        return self.model(inputs, targets, ignore_index=IGNORE_INDEX, reduction=reduction)
+        if self.scored_per_example is None:
+            return self.model(inputs, targets, ignore_index=IGNORE_INDEX, reduction=reduction)
+        hidden, targets = self._at_scored(inputs, targets)  # (B, n, D), (B, n)
+        return self.model.head.loss(hidden, targets, ignore_index=IGNORE_INDEX,
+                                    reduction=reduction)
+
+    def _at_scored(self, inputs: torch.Tensor,
+                   targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The final states and targets of the scored columns only (``scored_per_example``)."""
+        hidden = self.model.hidden(inputs)  # (B, T, D)
+        columns = scored_columns(targets, self.scored_per_example)  # (B, n)
+        picked = hidden.gather(1, columns[..., None].expand(-1, -1, hidden.shape[-1]))
+        return picked, targets.gather(1, columns)
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         nats = self._nats(batch, "mean")
@@ -66,14 +82,20 @@ class LanguageModelTask(Task):
         self.eval_count.update((batch[1] != IGNORE_INDEX).sum())
 
     def _scored_step(self, batch) -> None:
-        """Nats and correct predictions at the scored positions, the head applied there only."""
+        """Nats and correct predictions at the scored positions, the head applied there only
+        (at the ``scored_per_example`` columns, or the boolean selection without them)."""
         inputs, targets = batch  # (B, T) each
-        scored = targets != IGNORE_INDEX  # (B, T)
-        answers = targets[scored]  # (N,)
-        log_probs = self.model.head(self.model.hidden(inputs)[scored][None])[0].float()  # (N, V)
-        self.eval_nats.update(-log_probs.gather(-1, answers[:, None]).sum())
-        self.eval_count.update(scored.sum())
-        self.eval_correct.update((log_probs.argmax(-1) == answers).sum())
+        if self.scored_per_example is None:
+            scored = targets != IGNORE_INDEX  # (B, T)
+            hidden, answers = self.model.hidden(inputs)[scored][None], targets[scored][None]
+        else:
+            hidden, answers = self._at_scored(inputs, targets)  # (B, n, D), (B, n)
+        log_probs = self.model.head(hidden).float()  # (B | 1, n, V)
+        kept = answers != IGNORE_INDEX
+        nats = -log_probs.gather(-1, answers.clamp(min=0)[..., None])[..., 0]
+        self.eval_nats.update(nats[kept].sum())
+        self.eval_count.update(kept.sum())
+        self.eval_correct.update((log_probs.argmax(-1) == answers)[kept].sum())
 
     def _eval_end(self, split: str) -> None:
         nats, n = self._split_loss(split)
@@ -123,4 +145,5 @@ def build(config: dict, datamodule: L.LightningDataModule) -> LanguageModelTask:
     model = build_model(config, datamodule.vocab_size)
     return LanguageModelTask(model, config["optim"], max_steps=config["trainer"]["max_steps"],
                              unit=datamodule.unit,
-                             accuracy=getattr(datamodule, "scores_accuracy", False))
+                             accuracy=getattr(datamodule, "scores_accuracy", False),
+                             scored_per_example=getattr(datamodule, "scored_per_example", None))
