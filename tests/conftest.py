@@ -119,6 +119,11 @@ SMALL_DIMS = ("model.d_model=32", "model.n_heads=2", "model.n_layers=2", "model.
               "data.seq_len=16")
 """A model small enough for unit tests of a whole stack."""
 
+OPTION_DIMS = ("data.seq_len=16", "model.d_model=32", "model.n_heads=2", "model.n_layers=2",
+               "model.d_ff=64", "model.pool=mean")
+"""The sizes of the registry-wide sweeps (one option a case): ``compose_config(f"{group}=
+{name}", *OPTION_DIMS)`` is composed once for all the files that use it."""
+
 
 def seeded_model(*overrides: str, seed: int = 0, vocab_size: int = 64):
     """The model ``overrides`` describe, its weights drawn from ``seed``."""

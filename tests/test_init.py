@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import declared_refusals
-from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups, compose_config
+from conftest import OPTION_DIMS as SMALL, compose_config, declared_refusals
+from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups
 from xformer_bench.models import block as block_module
 from xformer_bench.models import body as body_module
 from xformer_bench.models.build import build_model
@@ -20,7 +20,6 @@ from xformer_bench.models.token_mixer import build_token_mixer
 
 GROUPS = tuple(g for g in choice_groups() if g not in PLUMBING_GROUPS)
 VARIANTS = [(g, p.stem) for g in GROUPS for p in sorted((CONF_DIR / g).glob("*.yaml"))]
-SMALL = ("data.seq_len=16", "model.d_model=32", "model.n_heads=2", "model.d_ff=64")
 
 
 def at_torch_default(module: nn.Module, name: str, p: torch.Tensor) -> bool:

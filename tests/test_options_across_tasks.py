@@ -11,15 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import compose_config
+from conftest import OPTION_DIMS as SMALL, compose_config
 from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_classifier, build_seq2seq
 
 GROUPS = tuple(g for g in choice_groups() if g not in (*PLUMBING_GROUPS, "model"))
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONF_DIR / g).glob("*.yaml"))]
-SMALL = ("data.seq_len=16", "model.d_model=32", "model.n_heads=2", "model.n_layers=2",
-         "model.d_ff=64", "model.pool=mean")
 TOKENS = SimpleNamespace(input_kind="tokens", num_classes=3, vocab_size=12, pad_id=0)
 IMAGES = SimpleNamespace(input_kind="image", num_classes=3, image_shape=(3, 16, 16))
 PAIRS = SimpleNamespace(vocab_size=12, pad_id=0)
