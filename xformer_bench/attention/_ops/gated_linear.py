@@ -111,9 +111,11 @@ def _chunked(q, k, v, g, scale, chunk, state):
     kept = last.exp().transpose(-1, -2)  # (B, H, N, G, 1): the decay across a whole chunk
     s = q.new_zeros(b, h, dk, dv) if state is None else state.float()
     starts = []  # the state before each chunk
-    for c in range(q.shape[2]):
+    # unbind, not kept[:, :, c]: one backward for all chunks, where each indexing's backward
+    # would zero-fill a whole (B, H, N, Dk, Dv) gradient -- O(N^2) time in the chunks
+    for kept_c, written_c in zip(kept.unbind(2), written.unbind(2)):
         starts.append(s)
-        s = kept[:, :, c] * s + written[:, :, c]
+        s = kept_c * s + written_c
     carried = (q * cum.exp()) @ torch.stack(starts, dim=2)  # (B, H, N, n, Dv)
     out = ((inner + carried) * scale).flatten(2, 3)[:, :, :t]  # (B, H, T, Dv)
     return out, s
