@@ -36,6 +36,7 @@ from torch import nn
 
 from xformer_bench.attention import TokenMixer
 from xformer_bench.attention._ops.delta_rule import delta_rule
+from xformer_bench.attention._ops.short_conv import causal_depthwise
 from xformer_bench.core.context import ForwardContext
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.core.init import mark_initialised
@@ -60,8 +61,8 @@ def short_conv(x: torch.Tensor, weight: torch.Tensor,
     inputs before x (None: zeros).  Returns (B, T, C) and the last K - 1 inputs."""
     width = weight.shape[-1]
     full = F.pad(x, (0, 0, width - 1, 0)) if past is None else torch.cat([past.to(x.dtype), x], 1)
-    y = F.conv1d(full.transpose(1, 2), weight[:, None, :].to(x.dtype), groups=x.shape[-1])
-    return F.silu(y.transpose(1, 2)), full[:, full.shape[1] - (width - 1):]
+    y = causal_depthwise(full, weight)
+    return F.silu(y), full[:, full.shape[1] - (width - 1):]
 
 
 @ATTENTION.register("deltanet")

@@ -38,6 +38,7 @@ from torch import nn
 
 from xformer_bench.attention import TokenMixer
 from xformer_bench.attention._ops.gated_linear import GroupNorm, gated_linear
+from xformer_bench.attention._ops.short_conv import causal_depthwise
 from xformer_bench.attention._ops.token_mlp import drop_padding
 from xformer_bench.core.context import ForwardContext
 from xformer_bench.core.dims import ModelDims
@@ -90,8 +91,7 @@ class Mamba2(TokenMixer):
         inputs before it (None: zeros); returns silu(conv) (B, T, C) and the new tail."""
         width = self.conv.kernel_size[0]
         inputs = F.pad(xbc, (0, 0, width - 1, 0)) if tail is None else torch.cat([tail, xbc], 1)
-        y = F.conv1d(inputs.transpose(1, 2), self.conv.weight, self.conv.bias,
-                     groups=inputs.shape[-1]).transpose(1, 2)
+        y = causal_depthwise(inputs, self.conv.weight[:, 0], self.conv.bias)
         return F.silu(y), inputs[:, inputs.shape[1] - (width - 1):]
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
