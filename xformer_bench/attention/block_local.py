@@ -23,6 +23,7 @@ import torch
 
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.attention._ops.window import windowed_attention
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -44,6 +45,7 @@ class BlockLocalAttention(AttentionKernel):
         return WindowPattern(self.memory, 0 if causal else self.memory, block=self.block)
 
     @flex_dispatch
+    @recomputed
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -19,6 +19,7 @@ import torch
 
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -40,6 +41,7 @@ class DilatedAttention(AttentionKernel):
         return WindowPattern(*window_reach(self.window, causal), dilation=self.dilation)
 
     @flex_dispatch
+    @recomputed
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -17,6 +17,7 @@ import torch
 
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
+from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -36,6 +37,7 @@ class LocalAttention(AttentionKernel):
         return WindowPattern(*window_reach(self.window, causal))
 
     @flex_dispatch
+    @recomputed
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -35,6 +35,7 @@ from xformer_bench.attention._ops.factorized import (
     PreviousRow,
 )
 from xformer_bench.attention._ops.flex import FactorizedPattern, flex_dispatch
+from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
 
@@ -50,7 +51,7 @@ class StridedAttention(FactorizedAttention):
     def flex_pattern(self, t, s, causal, layer, heads) -> FactorizedPattern:
         return FactorizedPattern("strided", self.width(s), 1, self.mode, layer, heads)
 
-    forward = flex_dispatch(FactorizedAttention.forward)
+    forward = flex_dispatch(recomputed(FactorizedAttention.forward))
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         # A1: own row up to i, and the previous row within l; the query itself is in A1
