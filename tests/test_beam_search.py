@@ -158,3 +158,18 @@ def test_the_search_stops_once_no_live_hypothesis_can_beat_the_best_finished(alp
 
     beam_search(counted, 1, bos_id=BOS, eos_id=EOS, beam=4, max_len=6, length_penalty=alpha)
     assert len(calls) == steps
+
+
+def test_greedy_reorders_the_cache_only_when_an_example_stops():
+    """Every reorder keeps each row's own history: greedy steps where no example stopped move
+    nothing and call no reorder; a stop drops that example's row (planted: a recorder that
+    ignored the identity would see one call per step)."""
+    calls: list[list[int]] = []
+    limits = torch.tensor([2, 5, 3])
+    model = toy(3, rows_differ=True)
+    table_eos_free = lambda prefixes, rows: model(prefixes, rows).index_fill(  # noqa: E731
+        1, torch.tensor([EOS]), -1e9)  # no eos: each example runs to its own limit
+    out = beam_search(table_eos_free, 3, bos_id=BOS, eos_id=EOS, beam=1, max_len=limits,
+                      length_penalty=0.0, reorder=lambda parents: calls.append(parents.tolist()))
+    assert [len(o) for o in out] == [2, 5, 3]
+    assert calls == [[1, 2], [0]]  # after example 0 stops (step 2), after example 2 (step 3)

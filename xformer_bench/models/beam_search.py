@@ -28,7 +28,8 @@ All live hypotheses of all unfinished examples go to the model in one call per s
 that stopped dropped.  Without ``reorder`` the model recomputes each prefix whole; with it, a
 model that keeps a decode cache is told before each step which row of the previous step's
 prefixes each new prefix continues (``reorder(parents)``), reorders its cache so, and needs to
-score only each prefix's last token.
+score only each prefix's last token.  A step whose prefixes continue the previous step's rows
+in order (greedy decoding while no example has stopped) calls no ``reorder``.
 """
 
 from __future__ import annotations
@@ -74,11 +75,14 @@ def beam_search(next_log_probs: NextLogProbs, batch_size: int, *, bos_id: int, e
     while active:
         step += 1
         if reorder is not None and step > 1:
-            reorder(torch.tensor([row for b in active for row in origins[b]], device=device))
+            parents = [row for b in active for row in origins[b]]
+            if parents != list(range(rows_before)):  # greedy, none finished: nothing moves
+                reorder(torch.tensor(parents, device=device))
         prefixes = torch.tensor([[bos_id, *tokens] for b in active for _, tokens in live[b]],
                                 dtype=torch.long, device=device)  # (N, step)
         rows = torch.tensor([b for b in active for _ in live[b]], device=device)  # (N,)
         log_probs = next_log_probs(prefixes, rows).float()  # (N, V)
+        rows_before = len(rows)
         best, where = _top_candidates(log_probs, [live[b] for b in active], beam)  # (A, k) each
         first_row = 0
         for b, scores, flats in zip(active, best.tolist(), where.tolist()):
