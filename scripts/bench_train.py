@@ -25,11 +25,19 @@ from xformer_bench.bench.train_race import CONTENDERS, SIZES, as_rows, race
 from xformer_bench.bench.whole_run import whole_run
 
 
+def startup(row: dict) -> str:
+    """The whole run's seconds to its first step, with its probes' share (xbench's)."""
+    if row.get("whole_startup_seconds") is None:
+        return ""
+    probes = row.get("whole_probe_seconds")
+    return f"{row['whole_startup_seconds']:.1f}" + ("" if probes is None else f" ({probes:.1f})")
+
+
 def markdown(rows: list[dict], setting: str) -> str:
     lines = [f"Training race ({setting})", "",
              "| size | contender | params | tokens/s | ms/step | step MiB | MFU | vs floor "
-             "| vs x-transformers | whole-run tokens/s | whole run vs floor |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| vs x-transformers | whole-run tokens/s | whole run vs floor | start-up s "
+             "(probes) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = lambda v: "" if v is None else f"{v:.2f}x"  # noqa: E731
         mfu = "" if r["mfu"] is None else f"{100 * r['mfu']:.1f} %"
@@ -38,7 +46,7 @@ def markdown(rows: list[dict], setting: str) -> str:
                      f"{r['step_memory_mib']:.1f} | {mfu} | {ratio(r['vs_floor'])} | "
                      f"{ratio(r['vs_x_transformers'])} | "
                      f"{'' if r.get('whole_tokens_per_sec') is None else format(r['whole_tokens_per_sec'], ',.0f')} | "
-                     f"{ratio(r.get('whole_vs_floor'))} |")
+                     f"{ratio(r.get('whole_vs_floor'))} | {startup(r)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -50,8 +58,10 @@ def add_whole_runs(rows: list[dict], size: str, seconds: float) -> None:
         return
     steps = max(20, round(seconds * 1000 / by["floor"]["ms_per_step"]))
     for contender in ("floor", "xbench"):
-        by[contender]["whole_tokens_per_sec"] = whole_run(contender, size, steps)
-        by[contender]["whole_run_steps"] = steps
+        run = whole_run(contender, size, steps)
+        by[contender].update(whole_tokens_per_sec=run["tokens_per_sec"], whole_run_steps=steps,
+                             whole_startup_seconds=run["startup_seconds"],
+                             whole_probe_seconds=run["probe_seconds"])
     for contender in ("floor", "xbench"):
         by[contender]["whole_vs_floor"] = (by[contender]["whole_tokens_per_sec"]
                                            / by["floor"]["whole_tokens_per_sec"])

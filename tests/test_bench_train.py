@@ -43,8 +43,10 @@ def test_the_whole_run_clocks_both_contenders_from_process_start(monkeypatch):
     monkeypatch.setitem(train_race.SIZES, "tiny", TINY)
     floor = whole_run.floor_script("tiny", steps=3)
     assert 0 <= floor["compose_seconds"] < floor["seconds"]
-    rate = whole_run.whole_run("floor", "default", steps=2)  # a fresh process, as a script
-    assert 0 < rate < 2 * 16 * 128 / 0.2  # its start-up (imports, data, model) is counted
+    assert 0 < floor["startup_seconds"] < floor["seconds"]
+    run = whole_run.whole_run("floor", "default", steps=2)  # a fresh process, as a script
+    assert 0 < run["tokens_per_sec"] < 2 * 16 * 128 / 0.2  # its start-up is counted
+    assert run["startup_seconds"] > 0.2 and run["probe_seconds"] is None  # imports, data, model
 
 
 def test_a_record_has_the_whole_runs_training_time_less_its_validations(tmp_path):

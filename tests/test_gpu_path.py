@@ -41,6 +41,7 @@ def test_a_record_says_how_long_validation_and_start_up_took(tmp_path):
     record = run_tiny(tmp_path)
     assert 0 < record["validation_seconds"] < record["wall_time_sec"]
     assert 0 < record["setup_seconds"] < record["startup_seconds"]  # the process began earlier
+    assert 0 < record["probe_seconds"] < record["setup_seconds"]  # FLOPs, memory, pairs
 
 
 def test_adamw_is_fused_only_where_the_parameters_are_on_a_gpu():

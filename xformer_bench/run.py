@@ -99,7 +99,8 @@ def _compile(model, backend: bool | str | None) -> None:
 
 def _startup(throughput, job_started: float) -> dict[str, float | None]:
     """Seconds to the first training step: from this job's start (a sweep's per-run overhead:
-    data, model, probes, trainer) and from the process's start (imports included); and the
+    data, model, probes -- ``probe_seconds`` of it, recorded apart --, trainer) and from the
+    process's start (imports included); and the
     whole run's training time: from the process's start to the end of the last step, less the
     validations (``training_wall_seconds``: what a hand-written script's wall clock counts)."""
     from xformer_bench.training.throughput import process_started_at
@@ -153,7 +154,9 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     resume, checkpoints, resumable = _resumable(config, record["run_id"])  # before anything runs
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule, task = build_task(config)
+    probing = time.perf_counter()  # the probes: attended pairs, FLOPs, step memory
     coverage = _attention_coverage(config, task.model, datamodule.task, study)  # may refuse
+    probe_seconds = time.perf_counter() - probing
     record.update(records.task_fields(datamodule.task, task.metrics, task.unit))
     if hasattr(datamodule, "eval_protocol"):
         record["eval_protocol"] = datamodule.eval_protocol()
@@ -164,8 +167,10 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()
     probe = getattr(task.model, "example_inputs", None)  # inputs other than (B, T) tokens
+    probing = time.perf_counter()
     flops = training_step_flops(task.model, seq_len, batch_size,
                                 probe(1) if probe else None)
+    probe_seconds += time.perf_counter() - probing
 
     positions = getattr(getattr(task.model, "dims", None), "seq_len", seq_len)  # per example
     tokens_per_step = positions * batch_size * config["trainer"]["accumulate_grad_batches"]
@@ -177,11 +182,13 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
                             [throughput, history, subsample, *resumable], run_dir)
     # Each rank trains on its own batches, each step on accumulate_grad_batches of them.
     flops = flops.scaled(config["trainer"]["accumulate_grad_batches"] * trainer.world_size)
+    probing = time.perf_counter()
     record.update(flops_per_step=flops.total, flops_analytic=flops.analytic,
                   flops_uncounted=flops.uncounted,
                   step_memory_mb=training_step_memory(
                       task.model, seq_len, batch_size, getattr(datamodule, "vocab_size", 0),
                       probe(batch_size) if probe else None))
+    record["probe_seconds"] = probe_seconds + time.perf_counter() - probing
     _compile(task.model, config["trainer"].get("compile"))  # after the probes above
     completed = False
     record["resumed_from"] = resume

@@ -55,6 +55,7 @@ def floor_script(name: str, steps: int) -> dict[str, float]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     generator = torch.Generator().manual_seed(0)
     span = torch.arange(size["seq_len"] + 1)
+    first_step = time.time()
     for _ in range(steps):
         starts = torch.randint(0, len(train) - size["seq_len"] - 1, (size["batch"], 1),
                                generator=generator)
@@ -65,12 +66,15 @@ def floor_script(name: str, steps: int) -> dict[str, float]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     ended = time.time()
-    return {"seconds": ended - process_started_at() - compose_seconds,
-            "compose_seconds": compose_seconds}
+    started = process_started_at()
+    return {"seconds": ended - started - compose_seconds, "compose_seconds": compose_seconds,
+            "startup_seconds": first_step - started - compose_seconds}
 
 
-def whole_run(contender: str, name: str, steps: int) -> float:
-    """Whole-run tokens/s of ``contender`` ("xbench" or "floor") at size ``name``."""
+def whole_run(contender: str, name: str, steps: int) -> dict[str, float | None]:
+    """Whole-run ``tokens_per_sec`` of ``contender`` ("xbench" or "floor") at size ``name``,
+    with its ``startup_seconds`` (process start to the first step) and, for xbench, the
+    ``probe_seconds`` among them (FLOPs, step memory, attended pairs: the record's)."""
     size = SIZES[name]
     with tempfile.TemporaryDirectory() as folder:
         if contender == "xbench":
@@ -85,10 +89,13 @@ def whole_run(contender: str, name: str, steps: int) -> float:
             raise RuntimeError(f"{contender} whole run failed:\n{done.stderr[-2000:]}")
         if contender == "xbench":
             record = json.loads(next(Path(folder).glob("*/*.json")).read_text())
-            seconds = record["training_wall_seconds"]
+            seconds, startup = record["training_wall_seconds"], record["startup_seconds"]
+            probes = record.get("probe_seconds")
         else:
-            seconds = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
-    return steps * size["batch"] * size["seq_len"] / seconds
+            floor = json.loads(done.stdout.strip().splitlines()[-1])
+            seconds, startup, probes = floor["seconds"], floor["startup_seconds"], None
+    return {"tokens_per_sec": steps * size["batch"] * size["seq_len"] / seconds,
+            "startup_seconds": startup, "probe_seconds": probes}
 
 
 def main(argv: list[str] | None = None) -> int:
