@@ -212,6 +212,12 @@ DECLARED_HOST_SYNCS: dict[str, dict[str, str]] = {
             "clusters (one read per layer and step; the local heads' count comes from the "
             "shapes); the static bound T / w + S / window + C would pad with empty chunks",
     },
+    "stack=universal": {
+        "xformer_bench/stacks/universal.py:forward":
+            "ACT's early exit (Graves 2016; Dehghani et al. 2019): the loop over depth stops "
+            "once every position has halted, read once per step of depth; without it every "
+            "step would run max_depth applications, the saving ACT exists for",
+    },
     "training": {
         "xformer_bench/tasks/optimization.py:check_finite":
             "the divergence check reads the loss every step on a CPU only (nothing to wait "
@@ -231,7 +237,8 @@ DECLARED_HOST_SYNCS: dict[str, dict[str, str]] = {
 }
 """case -> {``"path:function"`` of the call that makes the host wait for the device: why it must
 stay}, for tests/test_host_sync.py.  A case is ``attention=<option>`` (its causal model and
-bidirectional layer), ``model=vanilla`` (the default model), or the training path:
+bidirectional layer), ``<group>=<option>`` for the other parts (stack, ffn, norm, position,
+activation: the default model with it), ``model=vanilla`` (the default model), or the training path:
 ``training`` (every step), ``training:log_step`` (only the steps a logger writes),
 ``training:progress_bar`` (every step while a progress bar is shown).  ``path:function`` is the
 innermost ``xformer_bench`` frame, or the library's where no package frame made the call."""

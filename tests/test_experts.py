@@ -302,3 +302,26 @@ def test_tiny_model_forward_backward(name, tiny_dims):
     assert {n for n in grads if not n.startswith("experts.")} <= moved
     used_experts = {n.split(".")[1] for n in moved if n.startswith("experts.")}
     assert len(used_experts) >= ROUTED.get(name, 0)
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED))
+def test_the_fixed_slot_dispatch_equals_the_per_expert_one_with_gradients(name, tiny_dims):
+    """Training's fixed-shape buffers (no host sync) against evaluation's per-expert groups,
+    at the same routing with drops: outputs and every gradient."""
+    torch.manual_seed(2)
+    layer = _routed(name, tiny_dims, capacity_factor=0.75).train()
+    x = torch.randn(24, tiny_dims.d_model)  # (N, D)
+    probs = torch.softmax(x @ layer.router.weight.T, -1)
+    capacity = layer.capacity(len(x))
+    routed = route(probs, layer.top_k, capacity)
+    assert not routed.kept.all()  # some assignments dropped
+    results = []
+    for dispatch in (lambda: layer.dispatch_to_slots(x, routed, capacity),
+                     lambda: layer.dispatch(x, routed)):
+        layer.zero_grad()
+        y = dispatch()
+        y.square().sum().backward(retain_graph=True)
+        results.append((y.detach(), [p.grad.clone() for p in layer.experts.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-6, rtol=1e-5)
+    for slots, groups in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(slots, groups, atol=1e-6, rtol=1e-5)

@@ -26,6 +26,7 @@ from conftest import SMALL_DIMS, TINY_RUN, compose_config, seeded_model, seeded_
 from host_syncs import location, recording_host_syncs, summary
 from references import BOUNDARY_KWARGS, DECLARED_HOST_SYNCS
 from test_attention_zoo import OPTIONS, mixer
+from xformer_bench.config import CONF_DIR
 from xformer_bench.core.context import ForwardContext
 from xformer_bench.core.step_updates import apply_pending_updates
 from xformer_bench.position import Position
@@ -152,6 +153,21 @@ def test_every_attention_option_trains_without_an_undeclared_host_sync(name):
     assert not stale, f"{key}: declared host syncs no step makes any more: {sorted(stale)}"
 
 
+PART_OPTIONS = [(group, path.stem) for group in ("stack", "ffn", "norm", "position", "activation")
+                for path in sorted((CONF_DIR / group).glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("group,name", PART_OPTIONS, ids=[f"{g}={n}" for g, n in PART_OPTIONS])
+def test_every_other_part_trains_without_an_undeclared_host_sync(group, name):
+    """Stacks (the Universal Transformer's halting), feed-forward layers (routed experts),
+    norms, positions and activations, each in the default model."""
+    key = f"{group}={name}"
+    syncs = model_step(key)
+    assert_no_undeclared(key, syncs)
+    stale = set(DECLARED_HOST_SYNCS.get(key, {})) - {location(at) for _, at in syncs}
+    assert not stale, f"{key}: declared host syncs no step makes any more: {sorted(stale)}"
+
+
 # ------------------------------------------------------------------ the check itself
 
 
@@ -209,7 +225,8 @@ def test_branch_free_forms_are_not_host_syncs():
 
 
 def test_every_declared_sync_names_a_case_and_a_reason():
-    cases = {"model=vanilla", *TRAINING_PATH} | {f"attention={n}" for n in OPTIONS}
+    cases = ({"model=vanilla", *TRAINING_PATH} | {f"attention={n}" for n in OPTIONS}
+             | {f"{group}={name}" for group, name in PART_OPTIONS})
     for key, entries in DECLARED_HOST_SYNCS.items():
         assert key in cases, key
         for where, reason in entries.items():

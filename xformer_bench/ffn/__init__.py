@@ -20,6 +20,10 @@ second choice queues behind all first choices, later positions' included.  That 
 standard trade of these layers, and here it is confined to training: in eval every expert
 has room for every token, so nothing is dropped and the output at position t depends on
 positions <= t of its own sequence only.
+
+Dispatch: in training into fixed buffers of ``capacity`` slots per expert (no host
+synchronisation: :meth:`RoutedExperts.dispatch_to_slots`); in evaluation, where the capacity is
+every token, each expert on exactly its own tokens (:meth:`RoutedExperts.dispatch`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class Assignments:
     expert: torch.Tensor  # (K*N,) expert it goes to
     gate: torch.Tensor  # (K*N,) weight of that expert's output
     kept: torch.Tensor  # (K*N,) bool: the expert still had a free slot
+    arrival: torch.Tensor  # (K*N,) 0-based place in its expert's queue
 
     def first_choice(self, num_tokens: int) -> torch.Tensor:  # (N,)
         return self.expert[:num_tokens]
@@ -71,9 +76,9 @@ def route(probs: torch.Tensor, top_k: int, capacity: int) -> Assignments:  # pro
         gate = gate / gate.sum(-1, keepdim=True)  # (N, K)
     expert, gate = expert.t().reshape(-1), gate.t().reshape(-1)  # (K*N,) each, choice-major
     token = torch.arange(num_tokens, device=probs.device).repeat(top_k)  # (K*N,)
-    one_hot = F.one_hot(expert, num_experts)  # (K*N, E)
+    one_hot = expert.new_zeros(len(expert), num_experts).scatter_(1, expert[:, None], 1)
     arrival = (one_hot.cumsum(0) * one_hot).sum(-1) - 1  # (K*N,) 0-based place in its queue
-    return Assignments(token, expert, gate, arrival < capacity)
+    return Assignments(token, expert, gate, arrival < capacity, arrival)
 
 
 def load_balancing_loss(probs: torch.Tensor, first_choice: torch.Tensor) -> torch.Tensor:
@@ -81,7 +86,8 @@ def load_balancing_loss(probs: torch.Tensor, first_choice: torch.Tensor) -> torc
     expert i (before capacity), ``P_i`` the mean router probability of expert i.  It is 1 for a
     uniform router and grows as the load concentrates."""
     num_experts = probs.shape[-1]
-    fraction = torch.bincount(first_choice, minlength=num_experts).to(probs.dtype)  # (E,)
+    fraction = probs.new_zeros(num_experts).index_add_(  # (E,) tokens per first choice
+        0, first_choice, probs.new_ones(first_choice.shape))
     fraction = fraction / first_choice.numel()  # (E,) f_i
     return num_experts * (fraction * probs.mean(0)).sum()
 
@@ -124,14 +130,38 @@ class RoutedExperts(nn.Module):
         with torch.autocast(tokens.device.type, enabled=False):  # Switch's selective precision:
             logits = F.linear(tokens.float(), self.router.weight.float())  # routed in float32
         probs = logits.softmax(-1)  # (N, E)
-        routed = route(probs, self.top_k, self.capacity(len(tokens)))
+        capacity = self.capacity(len(tokens))
+        routed = route(probs, self.top_k, capacity)
         if self.training and ctx is not None:  # balancing is a training objective only
             ctx.add_auxiliary_loss(
                 self.aux_loss_weight * load_balancing_loss(probs, routed.first_choice(len(tokens))))
+        if self.training:
+            return self.dispatch_to_slots(tokens, routed, capacity).view_as(x)
         return self.dispatch(tokens, routed).view_as(x)
 
+    def dispatch_to_slots(self, tokens: torch.Tensor, routed: Assignments,
+                          capacity: int) -> torch.Tensor:  # (N, D)
+        """Training: every expert runs on a buffer of ``capacity`` slots, the token of
+        assignment a at slot ``arrival[a]`` of its expert's (an empty slot reads a zero row
+        and has gate 0), GShard's and Switch's fixed-shape dispatch: no shape depends on the
+        routing, so a GPU step never waits for the host.  The same output as :meth:`dispatch`;
+        each expert's matmul is ``capacity`` rows, up to ``capacity_factor`` times its even
+        share."""
+        n, experts = tokens.shape[0], len(self.experts)
+        trash = experts * capacity  # the slot a dropped assignment writes to, then cut
+        slot = torch.where(routed.kept, routed.expert * capacity + routed.arrival, trash)
+        slot_token = slot.new_full((trash + 1,), n).scatter(0, slot, routed.token)[:trash]
+        slot_gate = routed.gate.new_zeros(trash + 1).scatter(0, slot, routed.gate)[:trash]
+        padded = torch.cat([tokens, tokens.new_zeros(1, tokens.shape[1])])  # row n: empty
+        inputs = padded.index_select(0, slot_token).view(experts, capacity, -1)  # (E, C, D)
+        hidden = torch.cat([ffn(rows) for ffn, rows in zip(self.experts, inputs)])  # (E*C, D)
+        out = hidden.new_zeros(n + 1, hidden.shape[-1])  # (N + 1, D), row n: the empty slots'
+        out = out.index_add(0, slot_token, hidden * slot_gate[:, None].to(hidden.dtype))
+        return out[:n]
+
     def dispatch(self, tokens: torch.Tensor, routed: Assignments) -> torch.Tensor:  # (N, D)
-        """Run each expert on its kept tokens and add the gated outputs back in place."""
+        """Evaluation (every token kept): each expert runs on its own tokens only, and the
+        gated outputs are added back in place; the counts are read from the device."""
         expert = routed.expert[routed.kept]  # (M,)
         order = expert.argsort(stable=True)  # group by expert
         token = routed.token[routed.kept][order]  # (M,)
