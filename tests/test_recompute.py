@@ -76,3 +76,19 @@ def test_a_recomputed_step_holds_less_than_a_stored_one(name):
     if name in AT_FULLS_MEMORY:
         full = training_step_memory(_model("full", seq_len=seq_len), seq_len, 1, 256)
         assert recomputed <= 1.1 * full < stored, (recomputed, full, stored)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_kernel_is_recomputed_once_whether_or_not_its_block_is(monkeypatch, checkpointing):
+    """Each layer's kernel runs twice a step: its forward and one recomputation -- its own, or
+    its block's under model.checkpointing (not both: that would be three)."""
+    import xformer_bench.attention.local as local
+
+    calls = []
+    inner = local.windowed_attention
+    monkeypatch.setattr(local, "windowed_attention",
+                        lambda *a, **k: calls.append(1) or inner(*a, **k))
+    model = _model("local", "attention.window=4", f"model.checkpointing={checkpointing}",
+                   seq_len=BOUNDARY_SEQ_LEN, d_model=32)
+    model(torch.randint(0, 256, (1, BOUNDARY_SEQ_LEN))).float().mean().backward()
+    assert len(calls) == 2 * 2  # two layers

@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from xformer_bench.core.context import ForwardContext
+from xformer_bench.core.recompute import recomputed_block
 
 
 class BlockFactory:
@@ -59,12 +60,13 @@ class Stack(nn.Module):
 
 
 def _apply(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: int,
-           fields: dict[str, Any]) -> torch.Tensor:
+           fields: dict[str, Any], checkpointed: bool = False) -> torch.Tensor:
     ctx.layer = layer
     for name, value in fields.items():
         setattr(ctx, name, value)
     try:
-        return block(x, ctx)  # (B, T, D)
+        with recomputed_block(checkpointed):
+            return block(x, ctx)  # (B, T, D)
     finally:
         for name in fields:
             setattr(ctx, name, None)
@@ -78,7 +80,7 @@ def apply_block(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: i
     checkpointed (Chen et al. 2016): the layer index and fields are arguments, so the backward
     pass recomputes it with the same ones, not with whatever ``ctx`` holds by then."""
     if recompute:
-        x = checkpoint(_apply, block, x, ctx, layer, fields, use_reentrant=False)
+        x = checkpoint(_apply, block, x, ctx, layer, fields, True, use_reentrant=False)
     else:
         x = _apply(block, x, ctx, layer, fields)
     if ctx.layer_states is not None:  # transparent attention reads every layer's output

@@ -11,7 +11,8 @@ memory although it computes a fraction of its pairs (issue 25, item 0).  Under
 does) and its gathers and scores are recomputed, one layer at a time, when the backward pass
 reaches it.  The price is one more forward of the kernel per step, a third of its cost.
 
-Applies only where gradients are taken (training); evaluation and decoding run the kernel
+Applies only where gradients are taken (training), and not inside a block that
+``model.checkpointing`` recomputes whole already; evaluation and decoding run the kernel
 directly.  ``kernel.recompute_in_backward = False`` turns it off (the benchmark and the tests
 measure both).  Random draws in the forward are replayed exactly (the RNG state is restored for
 the recomputation); a kernel whose forward is not a function of its inputs and that state
@@ -26,6 +27,8 @@ from collections.abc import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from xformer_bench.core.recompute import block_recomputed
+
 
 def recomputed(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """Wraps a kernel's ``forward(self, q, k, v, **options)``: when gradients are taken and
@@ -35,7 +38,7 @@ def recomputed(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tens
     @functools.wraps(forward)
     def kernel(self, q, k, v, **options):
         wanted = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-        if not (wanted and getattr(self, "recompute_in_backward", True)):
+        if not wanted or block_recomputed() or not getattr(self, "recompute_in_backward", True):
             return forward(self, q, k, v, **options)
         return checkpoint(lambda q_, k_, v_: forward(self, q_, k_, v_, **options), q, k, v,
                           use_reentrant=False)
