@@ -204,3 +204,35 @@ def test_the_shipped_references_are_not_runs_of_the_results_folder(tmp_path, mon
                              log=lambda line: None)
     assert own and ref and "Transformer-XL" in (shipped.parent.parent /
                                                 "systems_fixture.md").read_text()
+
+
+def test_a_modification_bundles_own_changes_name_its_row_anything_else_is_a_confound():
+    from xformer_bench.results.confounds import bundle_effects, differences
+
+    def run(modification, **choices):
+        choices = {"activation": "gelu", "norm": "layernorm", "data": "text",
+                   "modification": modification, **choices}
+        config = {g: {"name": c} for g, c in choices.items()}
+        config["model"] = {"d_model": 128, "share_blocks": modification == "sharing"}
+        return {"choices": choices, "config": config}
+
+    assert bundle_effects("swiglu") == {"activation"}
+    assert bundle_effects("sharing") == {"model.share_blocks"}
+    base = run("none")
+    assert differences(run("swiglu", activation="swiglu"), base, ["modification"]) == []
+    assert differences(run("sharing"), base, ["modification"]) == []
+    # planted: the same bundle row with another change besides
+    found = differences(run("swiglu", activation="swiglu", norm="rmsnorm"), base, ["modification"])
+    assert [d.text for d in found] == ["norm=rmsnorm"]
+
+
+def test_domains_evaluated_in_their_own_ways_are_not_a_protocol_difference():
+    from xformer_bench.results.columns import _protocols_differ
+
+    def run(data, protocol):
+        return {"choices": {"data": data}, "config": {"data": {"name": data}},
+                "eval_protocol": protocol}
+
+    text, listops = run("text", WINDOWS), run("listops", None)
+    assert not _protocols_differ([text, listops, dict(text), dict(listops)])
+    assert _protocols_differ([text, listops, run("text", streams(10))])  # planted: within text

@@ -14,6 +14,8 @@ or override; a confound is anything else in which its runs differ from the basel
   option itself and never a confound, so a swept model preset's sizes are its own;
   ``model.d_ff`` is left out when the study matches parameters (``match_params``: the solved
   width is the match, and the parameter check below says whether it held);
+* a row named by a ``modification=`` bundle (Narang et al.'s rows that combine choices) is
+  named by what the bundle sets as well (:func:`bundle_effects`);
 * the evaluation protocol (``record["eval_protocol"]``: streams with memory, sliding or
   non-overlapping windows); ``eval.*`` keys are then left to it;
 * the parameter count, when the study matches parameters and the row misses the baseline's
@@ -26,15 +28,19 @@ mark the row (:data:`MARK`) and give one warning line each time the table is mad
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xformer_bench.config import PLUMBING_GROUPS, flatten
+import yaml
+
+from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, flatten
 from xformer_bench.results.record import identity_config
 from xformer_bench.results.variants import data_of
 
 MARK = "‡"
+BUNDLE = "modification"  # the group whose options bundle other groups' choices and keys
 NOTE_ITEMS = 4  # items per row in the Markdown/LaTeX note (the CSV has them all)
 IGNORED_ROOTS = ("seed", "experiment_name", "sweep", "hydra")
 IGNORED_LEAVES = ("label", "name")
@@ -93,10 +99,29 @@ def _si(value: float) -> str:
     return si(value)
 
 
+@functools.lru_cache(maxsize=None)
+def bundle_effects(name: str | None) -> frozenset[str]:
+    """What the ``modification=<name>`` bundle sets (``conf/modification/<name>.yaml``): the
+    groups its defaults override and the dotted keys it sets.  A row named by a bundle is
+    named by these too: SwiGLU's ``activation=swiglu`` is its change, not a confound."""
+    path = CONF_DIR / BUNDLE / f"{name}.yaml"
+    if not name or not path.is_file():
+        return frozenset()
+    node = yaml.safe_load(path.read_text()) or {}
+    groups = {next(iter(entry)).split("/")[-1] for entry in node.get("defaults", [])
+              if isinstance(entry, dict) and next(iter(entry)).startswith("override /")}
+    keys = flatten({k: v for k, v in node.items() if k not in ("defaults", BUNDLE)})
+    return frozenset(groups | set(keys))
+
+
 def differences(record: dict[str, Any], base: dict[str, Any], named: Iterable[str],
                 allowed: Iterable[str] = ()) -> list[Difference]:
-    """What ``record`` changes from ``base`` besides its ``named`` groups and overrides."""
+    """What ``record`` changes from ``base`` besides its ``named`` groups and overrides (and
+    what a named ``modification=`` bundle sets: :func:`bundle_effects`)."""
     named, allowed = set(named), tuple(allowed)
+    if BUNDLE in named:
+        named |= bundle_effects(record["choices"].get(BUNDLE)) | bundle_effects(
+            base["choices"].get(BUNDLE))
     found: list[Difference] = []
     choices, base_choices = record["choices"], base["choices"]
     groups = sorted((set(choices) | set(base_choices)) - named - set(PLUMBING_GROUPS))
