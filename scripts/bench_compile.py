@@ -37,7 +37,9 @@ def main() -> None:
                "breaks": found.breaks, "reasons": "; ".join(found.reasons)}
         if not args.no_speed:
             eager, compiled = speedup(name, args.length, shape, device)
-            row.update(eager_ms=1e3 * eager, compiled_ms=1e3 * compiled, speedup=eager / compiled)
+            if eager is not None and compiled is not None:  # None: not causal, not timed
+                row.update(eager_ms=1e3 * eager, compiled_ms=1e3 * compiled,
+                           speedup=eager / compiled)
         rows.append(row)
         print(row, flush=True)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
@@ -57,7 +59,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     with args.out.with_suffix(".csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[-1]), lineterminator="\n")
+        fields = list(dict.fromkeys(key for row in rows for key in row))
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {args.out.with_suffix('.md')}")

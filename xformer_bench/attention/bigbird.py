@@ -33,7 +33,6 @@ import torch
 
 from xformer_bench.attention import EXACT_ATTENTION, AttentionKernel
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
-from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.attention._ops.window import windowed_attention
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -84,7 +83,6 @@ class BigBirdAttention(AttentionKernel):
                              random=tuple(map(tuple, random.tolist())))
 
     @flex_dispatch
-    @recomputed
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

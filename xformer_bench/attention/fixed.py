@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from xformer_bench.attention._ops.factorized import AUTO, Blocks, FactorizedAttention, Part, Summary
 from xformer_bench.attention._ops.flex import FactorizedPattern, flex_dispatch
-from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.errors import ConfigError
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.registry import ATTENTION
@@ -54,7 +53,7 @@ class FixedAttention(FactorizedAttention):
         width = self.width(s)
         return FactorizedPattern("fixed", width, min(self.summary, width), self.mode, layer, heads)
 
-    forward = flex_dispatch(recomputed(FactorizedAttention.forward))
+    forward = flex_dispatch(FactorizedAttention.forward)
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         c = min(self.summary, width)  # stride auto on a short input: a row shorter than c

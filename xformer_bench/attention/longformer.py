@@ -23,7 +23,6 @@ import torch
 
 from xformer_bench.attention import AttentionKernel
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
-from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
 from xformer_bench.core.dims import ModelDims
 from xformer_bench.position import PairBias
@@ -47,7 +46,6 @@ class LongformerAttention(AttentionKernel):
                              n_global=self.n_global)
 
     @flex_dispatch
-    @recomputed
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from xformer_bench.core.context import ForwardContext
-from xformer_bench.core.recompute import recomputed_block
+from xformer_bench.core.recompute import enter_recomputed_block, leave
 
 
 class BlockFactory:
@@ -64,10 +64,13 @@ def _apply(block: nn.Module, x: torch.Tensor, ctx: ForwardContext, layer: int,
     ctx.layer = layer
     for name, value in fields.items():
         setattr(ctx, name, value)
+    marked = enter_recomputed_block() if checkpointed and not torch.compiler.is_compiling() \
+        else None
     try:
-        with recomputed_block(checkpointed):
-            return block(x, ctx)  # (B, T, D)
+        return block(x, ctx)  # (B, T, D)
     finally:
+        if marked is not None:
+            leave(marked)
         for name in fields:
             setattr(ctx, name, None)
 

@@ -11,9 +11,17 @@ memory although it computes a fraction of its pairs (issue 25, item 0).  Under
 does) and its gathers and scores are recomputed, one layer at a time, when the backward pass
 reaches it.  The price is one more forward of the kernel per step, a third of its cost.
 
-Applies only where gradients are taken (training), and not inside a block that
-``model.checkpointing`` recomputes whole already; evaluation and decoding run the kernel
-directly.  ``kernel.recompute_in_backward = False`` turns it off (the benchmark and the tests
+Applies only where gradients are taken (training), not inside a block that
+``model.checkpointing`` recomputes whole already, and not under ``torch.compile`` (a checkpoint
+there breaks the graph; AOTAutograd's partitioner chooses what to recompute itself);
+evaluation and decoding run the kernel directly.
+
+Used by ``local``, ``block_local``, ``dilated`` and ``strided``, which it brings to about full
+attention's step memory (strided to 1.3x) for 2-10 points of their speed-up (the README's
+table).  Not by ``fixed``, ``longformer`` and ``bigbird``: their forward's own peak (float32
+scores of the summary columns, gathered global and random blocks) keeps them at 1.3-2.7x full's
+memory either way, and recomputing that forward cost them most of their speed-up (fixed at
+T = 8192 ran at 0.68x full's speed with it).  ``kernel.recompute_in_backward = False`` turns it off (the benchmark and the tests
 measure both).  Random draws in the forward are replayed exactly (the RNG state is restored for
 the recomputation); a kernel whose forward is not a function of its inputs and that state
 cannot use it.
@@ -38,7 +46,8 @@ def recomputed(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tens
     @functools.wraps(forward)
     def kernel(self, q, k, v, **options):
         wanted = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-        if not wanted or block_recomputed() or not getattr(self, "recompute_in_backward", True):
+        if (not wanted or torch.compiler.is_compiling() or block_recomputed()
+                or not getattr(self, "recompute_in_backward", True)):
             return forward(self, q, k, v, **options)
         return checkpoint(lambda q_, k_, v_: forward(self, q_, k_, v_, **options), q, k, v,
                           use_reentrant=False)
