@@ -36,7 +36,13 @@ def main() -> None:
         row = {"attention": name, "full_graph": found.breaks == 0, "graphs": found.graphs,
                "breaks": found.breaks, "reasons": "; ".join(found.reasons)}
         if not args.no_speed:
-            eager, compiled = speedup(name, args.length, shape, device)
+            try:
+                eager, compiled = speedup(name, args.length, shape, device)
+            except Exception as error:  # noqa: BLE001 -- inductor's failure is this row's result
+                eager = compiled = None
+                lines = str(error).splitlines() or [type(error).__name__]
+                cause = next((line for line in lines if "Error:" in line), lines[0])
+                row["reasons"] = f"inductor failed: {cause[:100]}"
             if eager is not None and compiled is not None:  # None: not causal, not timed
                 row.update(eager_ms=1e3 * eager, compiled_ms=1e3 * compiled,
                            speedup=eager / compiled)
