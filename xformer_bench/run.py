@@ -167,10 +167,6 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     record["params"] = task.model.num_parameters()
     record["active_params"] = task.model.num_active_parameters()
     probe = getattr(task.model, "example_inputs", None)  # inputs other than (B, T) tokens
-    probing = time.perf_counter()
-    flops = training_step_flops(task.model, seq_len, batch_size,
-                                probe(1) if probe else None)
-    probe_seconds += time.perf_counter() - probing
 
     positions = getattr(getattr(task.model, "dims", None), "seq_len", seq_len)  # per example
     tokens_per_step = positions * batch_size * config["trainer"]["accumulate_grad_batches"]
@@ -180,9 +176,10 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     loggers = build_loggers(config["logger"], run_dir, record)
     trainer = build_trainer(config["trainer"], loggers,
                             [throughput, history, subsample, *resumable], run_dir)
+    probing = time.perf_counter()
+    flops = training_step_flops(task.model, seq_len, batch_size, probe(1) if probe else None)
     # Each rank trains on its own batches, each step on accumulate_grad_batches of them.
     flops = flops.scaled(config["trainer"]["accumulate_grad_batches"] * trainer.world_size)
-    probing = time.perf_counter()
     record.update(flops_per_step=flops.total, flops_analytic=flops.analytic,
                   flops_uncounted=flops.uncounted,
                   step_memory_mb=training_step_memory(

@@ -21,8 +21,8 @@ attention's step memory (strided to 1.3x) for 2-10 points of their speed-up (the
 table).  Not by ``fixed``, ``longformer`` and ``bigbird``: their forward's own peak (float32
 scores of the summary columns, gathered global and random blocks) keeps them at 1.3-2.7x full's
 memory either way, and recomputing that forward cost them most of their speed-up (fixed at
-T = 8192 ran at 0.68x full's speed with it).  ``kernel.recompute_in_backward = False`` turns it off (the benchmark and the tests
-measure both).  Random draws in the forward are replayed exactly (the RNG state is restored for
+T = 8192 ran at 0.68x full's speed with it).  ``kernel.recompute_in_backward = False`` turns it
+off (the tests measure both).  Random draws in the forward are replayed exactly (the RNG state is restored for
 the recomputation); a kernel whose forward is not a function of its inputs and that state
 cannot use it.
 """
