@@ -248,8 +248,6 @@ COMPILE_BREAKS: dict[str, str] = {
                      "method's saving is a data-dependent shape",
     "axial": "the factorised layout is built once per length from index tensors, and whether "
              "every query has a key is read on the host (cached; traced anew by each compile)",
-    "fixed": "the factorised layout (as axial)",
-    "strided": "the factorised layout (as axial)",
     "bigbird": "the random key blocks are drawn from a torch.Generator made in the forward "
                "(one stream per seed and layer)",
     "clustered": "k-means clusters of data-dependent sizes: the chunk count is read on the host",

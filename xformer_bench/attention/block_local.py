@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention._ops.fused_band import Band, fused_band_on_cpu
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.attention._ops.window import windowed_attention
@@ -45,6 +46,7 @@ class BlockLocalAttention(AttentionKernel):
         return WindowPattern(self.memory, 0 if causal else self.memory, block=self.block)
 
     @flex_dispatch
+    @fused_band_on_cpu(lambda self, s: Band(self.block, self.memory, sliding=False))
     @recomputed
     def forward(
         self,

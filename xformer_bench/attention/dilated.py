@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention._ops.fused_band import Band, fused_band_on_cpu
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
@@ -41,6 +42,8 @@ class DilatedAttention(AttentionKernel):
         return WindowPattern(*window_reach(self.window, causal), dilation=self.dilation)
 
     @flex_dispatch
+    @fused_band_on_cpu(lambda self, s: Band(min(self.window, -(-s // self.dilation)), self.window - 1,
+                                      dilation=self.dilation))
     @recomputed
     def forward(
         self,

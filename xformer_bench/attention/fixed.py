@@ -22,12 +22,22 @@ also names c = 8 and 16).  Not implemented: each head its own c-wide sub-block o
 (§4.3's last paragraph; the code's ``num_verts``): every head sees the last c positions, as the
 formula.
 
-torch.compile: not one graph (the factorised layout (as axial); tests/test_compile.py).
+On CPU, causal ``merged`` without a bias or key padding runs as fused kernel calls
+(:mod:`._ops.fused_factorized`): A1 one call over the rows folded into groups, A2 one call per
+row against the summary columns of the rows before it, so only causal pairs are scored and no
+scores are stored (full attention's step memory; the README's table).
+
+torch.compile: one graph on the fused path (tests/test_compile.py); the general path is not
+(the factorised layout, as axial).
 """
 
 from __future__ import annotations
 
-from xformer_bench.attention._ops.factorized import AUTO, Blocks, FactorizedAttention, Part, Summary
+import torch
+
+from xformer_bench.attention._ops.factorized import AUTO, Blocks, Part, Summary
+from xformer_bench.attention._ops.fused_factorized import FusedFactorized
+from xformer_bench.attention._ops.key_set_union import KeyCall, Span
 from xformer_bench.attention._ops.flex import FactorizedPattern, flex_dispatch
 from xformer_bench.errors import ConfigError
 from xformer_bench.core.dims import ModelDims
@@ -35,7 +45,7 @@ from xformer_bench.registry import ATTENTION
 
 
 @ATTENTION.register("fixed")
-class FixedAttention(FactorizedAttention):
+class FixedAttention(FusedFactorized):
     option = "fixed"
 
     def __init__(self, dims: ModelDims, stride: int | str = 128, summary: int = 32,
@@ -53,8 +63,19 @@ class FixedAttention(FactorizedAttention):
         width = self.width(s)
         return FactorizedPattern("fixed", width, min(self.summary, width), self.mode, layer, heads)
 
-    forward = flex_dispatch(FactorizedAttention.forward)
+    forward = flex_dispatch(FusedFactorized.fused_forward)
+
+    def fused_calls(self, k, v, width):
+        (b, h, n, d), c = k.shape, min(self.summary, width)
+        rows = n // width
+        columns = tuple(x.reshape(b, h, rows, width, d)[:, :, :, width - c:].reshape(b, h, -1, d)
+                        for x in (k, v))  # (B, H, rows c, D): A2's keys, the summary columns
+        own_rows = Span(0, n, groups=rows)
+        return (KeyCall(0, own_rows, own_rows, causal=True),) + tuple(
+            KeyCall(1, Span(row * width, (row + 1) * width), Span(0, row * c), source=1)
+            for row in range(1, rows)), columns  # row r: the summary columns of rows < r
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         c = min(self.summary, width)  # stride auto on a short input: a row shorter than c
         return (Blocks(width),), (Summary(width, c, skip_own_row=merged),)
+

@@ -22,10 +22,20 @@ paper nor its code gives a bidirectional strided pattern, so ``bidirectional`` i
 Defaults: l = 128, the stride of the paper's strided ImageNet 64x64 model (§7.3); the paper
 does not say how its strided models combine the patterns: ``merged``, as its enwik8 model.
 
-torch.compile: not one graph (the factorised layout (as axial); tests/test_compile.py).
+On CPU, causal ``merged`` without a bias or key padding runs as three fused kernel calls
+(:mod:`._ops.fused_factorized`): each row causally within itself, each row against the one
+before it (the columns after the query's), each column causally over the rows before; nothing
+is copied or stored but the output and its normaliser (full attention's step memory).  The
+general path (other modes, a bias, key padding) recomputes its gathers in the backward pass
+(:mod:`._ops.recompute`).
+
+torch.compile: one graph on the fused path (tests/test_compile.py); the general path is not
+(the factorised layout, as axial).
 """
 
 from __future__ import annotations
+
+import torch
 
 from xformer_bench.attention._ops.factorized import (
     Blocks,
@@ -34,6 +44,8 @@ from xformer_bench.attention._ops.factorized import (
     Part,
     PreviousRow,
 )
+from xformer_bench.attention._ops.fused_factorized import FusedFactorized
+from xformer_bench.attention._ops.key_set_union import KeyCall, Span
 from xformer_bench.attention._ops.flex import FactorizedPattern, flex_dispatch
 from xformer_bench.attention._ops.recompute import recomputed
 from xformer_bench.core.dims import ModelDims
@@ -41,7 +53,7 @@ from xformer_bench.registry import ATTENTION
 
 
 @ATTENTION.register("strided")
-class StridedAttention(FactorizedAttention):
+class StridedAttention(FusedFactorized):
     option = "strided"
     provides = FactorizedAttention.provides - {"bidirectional"}
 
@@ -51,7 +63,24 @@ class StridedAttention(FactorizedAttention):
     def flex_pattern(self, t, s, causal, layer, heads) -> FactorizedPattern:
         return FactorizedPattern("strided", self.width(s), 1, self.mode, layer, heads)
 
-    forward = flex_dispatch(recomputed(FactorizedAttention.forward))
+    general_forward = recomputed(FactorizedAttention.forward)
+    forward = flex_dispatch(FusedFactorized.fused_forward)
+
+    def fused_calls(self, k, v, width):
+        n = k.shape[-2]
+        rows = n // width
+        own_rows = Span(0, n, groups=rows)
+        calls = (KeyCall(0, own_rows, own_rows, causal=True),)
+        if rows == 1:
+            return calls, ()
+        later_columns = torch.ones(width, width, dtype=torch.bool).triu(1)  # i - j < l
+        columns, earlier_columns = (Span(start, stop, groups=width, columns=True)
+                                    for start, stop in ((width, n), (0, n - width)))
+        return calls + (
+            KeyCall(1, Span(width, n, groups=rows - 1), Span(0, n - width, groups=rows - 1),
+                    allowed=later_columns),  # the previous row, within l of the query
+            KeyCall(2, columns, earlier_columns, causal=True),  # its column, rows before
+        ), ()
 
     def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         # A1: own row up to i, and the previous row within l; the query itself is in A1

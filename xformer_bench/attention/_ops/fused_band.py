@@ -1,0 +1,86 @@
+"""Causal banded attention on CPU as fused kernel calls merged by log-sum-exp
+(:mod:`.key_set_union`): ``local`` (the previous w positions), ``dilated`` (the same in each of d
+lanes) and ``block_local`` (blocks of l positions with a memory of m before them).
+
+Each lane (positions r, r + d, ...) is laid out as rows of W positions.  A query's row attends
+itself causally (one call over all rows, folded into groups), and row n attends row n - b, for
+b = 1 .. ceil(reach / W), in one call per b over all rows at once, with a (W, W) pattern when
+part of that row is out of reach: key column c' is in reach of query column c when
+c' >= c + b W - reach (sliding) or c' >= b W - memory (blocked: the whole block sees its
+memory).  Only pairs near the band are scored (W^2 per row and call), nothing is copied, and
+nothing is stored but the output and its normaliser: the step holds full attention's memory
+without recomputing anything (the windowed path, :mod:`.window`, recomputes its gathered keys,
+:mod:`.recompute`).  Bias, key padding, bidirectional and non-CPU calls take that path.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from xformer_bench.attention._ops.key_set_union import KeyCall, Span, fused_applies, on_grid
+
+
+@dataclass(frozen=True)
+class Band:
+    width: int  # W, the row length (a query block when blocked)
+    reach: int  # how many positions back a query (sliding) or a block's first query sees
+    sliding: bool = True
+    dilation: int = 1
+
+    def in_reach(self, back: int) -> torch.Tensor | None:
+        """(W, W) bool: query column c, key column c' of the row ``back`` rows earlier; None:
+        every pair."""
+        first = back * self.width - self.reach  # the first key column query column 0 sees
+        if first + (self.width - 1 if self.sliding else 0) <= 0:
+            return None
+        c = torch.arange(self.width)
+        return (c >= first + (c[:, None] if self.sliding else 0)).expand(self.width, self.width)
+
+    @functools.lru_cache(maxsize=64)
+    def calls(self, lane_rows: int) -> tuple[KeyCall, ...]:
+        w, d = self.width, self.dilation
+
+        def rows(lane: int, first: int, stop: int) -> Span:  # rows [first, stop) of a lane
+            return Span(lane + d * first * w, lane + d * stop * w, groups=stop - first, step=d)
+
+        calls = []
+        for lane in range(d):
+            calls.append(KeyCall(0, rows(lane, 0, lane_rows), rows(lane, 0, lane_rows),
+                                 causal=True))
+            for back in range(1, min(lane_rows - 1, math.ceil(self.reach / w)) + 1):
+                calls.append(KeyCall(back, rows(lane, back, lane_rows),
+                                     rows(lane, 0, lane_rows - back), allowed=self.in_reach(back)))
+        return tuple(calls)
+
+
+def fused_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band: Band) -> torch.Tensor:
+    """Causal attention of q (B, H, T, D), the last T of k's S positions, within ``band``."""
+    s, d = k.shape[-2], band.dilation
+    lane_rows = math.ceil(s / (d * band.width))
+    calls = band.calls(lane_rows)
+    return on_grid(q, k, v, lane_rows * band.width * d, lambda k_, v_: (calls, ()))
+
+
+def fused_band_on_cpu(band: Callable[[object, int], Band]):
+    """Wraps a banded kernel's ``forward``: :func:`fused_band` where :func:`fused_applies`, with
+    ``band(kernel, S)``; the wrapped (windowed) forward otherwise."""
+
+    def wrap(forward):
+        @functools.wraps(forward)
+        def kernel(self, q, k, v, *, causal, bias=None, key_padding_mask=None, layer=0):
+            if fused_applies(self, q, k, causal, bias, key_padding_mask):
+                return fused_band(q, k, v, band(self, k.shape[-2]))
+            return forward(self, q, k, v, causal=causal, bias=bias,
+                           key_padding_mask=key_padding_mask, layer=layer)
+
+        return kernel
+
+    return wrap
+
+
+__all__ = ["Band", "fused_band", "fused_band_on_cpu"]
