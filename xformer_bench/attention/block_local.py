@@ -15,6 +15,10 @@ lie at absolute positions (block n holds positions n l_q .. (n + 1) l_q - 1, the
 the last T of the S keys), so a decode step over cached keys sees what the full pass sees.
 Cost O(T * (block + memory)), computed by
 :func:`~xformer_bench.attention._ops.window.windowed_attention`.
+Causal training and evaluation on CPU (no bias, no key padding) run as fused kernel calls
+over rows of the sequence (:mod:`._ops.fused_band`): full attention's step memory, nothing
+recomputed; the windowed path (bias, padding, bidirectional, decoding) recomputes its gathers
+in the backward pass (:mod:`._ops.recompute`).
 """
 
 from __future__ import annotations

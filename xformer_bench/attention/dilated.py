@@ -11,6 +11,10 @@ O(T * w), whatever d.  Longformer dilates only some heads of the upper layers; t
 dilates every head of every layer it is used in (mix it with ``local`` per layer for the
 paper's arrangement).  The default, 256 keys at dilation 2 (receptive field 511), keeps the
 cost of ``local`` while doubling its reach.
+Causal training and evaluation on CPU (no bias, no key padding) run as fused kernel calls
+over rows of the sequence (:mod:`._ops.fused_band`): full attention's step memory, nothing
+recomputed; the windowed path (bias, padding, bidirectional, decoding) recomputes its gathers
+in the backward pass (:mod:`._ops.recompute`).
 """
 
 from __future__ import annotations

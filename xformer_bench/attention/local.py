@@ -9,6 +9,10 @@ Transformer", section 3.1):
 Computed blockwise (:func:`~xformer_bench.attention._ops.window.windowed_attention`): blocks of
 queries against the keys they need (block + window - 1 of them), O(T * w) time and memory.
 A window of T or more is full attention.
+Causal training and evaluation on CPU (no bias, no key padding) run as fused kernel calls
+over rows of the sequence (:mod:`._ops.fused_band`): full attention's step memory, nothing
+recomputed; the windowed path (bias, padding, bidirectional, decoding) recomputes its gathers
+in the backward pass (:mod:`._ops.recompute`).
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ class Span:
     columns: bool = False
     step: int = 1
 
+    def covers(self, n: int) -> bool:
+        """Whether the span is all N positions in order (its groups' layout is the sequence's)."""
+        return self.start == 0 and self.stop >= n and self.step == 1 and not self.columns
+
     def of(self, x: torch.Tensor) -> torch.Tensor:
         span = x[:, self.start:self.stop:self.step]
         if self.columns:
@@ -115,18 +119,28 @@ class KeySetUnion(torch.autograd.Function):
         q, out, lse, *sets = ctx.saved_tensors
         b, h = grad.shape[:2]
         grad = _flat(grad.contiguous())
-        d_q = torch.zeros_like(q)
-        d_sets = [torch.zeros_like(x) for x in sets]
+        inputs = (q, *sets)
+        grads: list[torch.Tensor | None] = [None] * len(inputs)
+
+        def accumulate(index: int, span: Span, value: torch.Tensor) -> None:
+            if grads[index] is None and span.covers(inputs[index].shape[1]):
+                grads[index] = value.reshape(inputs[index].shape)  # the first: no zeroed buffer
+                return
+            if grads[index] is None:
+                grads[index] = torch.zeros_like(inputs[index])
+            span.of(grads[index]).add_(value)
+
         for call in ctx.calls:
             k, v = sets[2 * call.source], sets[2 * call.source + 1]
             dq, dk, dv = _BACKWARD(call.queries.of(grad), call.queries.of(q), call.keys.of(k),
                                    call.keys.of(v), call.queries.of(out),
                                    call.queries.of(lse).squeeze(-1), 0.0, call.causal,
                                    attn_mask=call.scores_mask(q.dtype), scale=ctx.scale)
-            call.queries.of(d_q).add_(dq)
-            call.keys.of(d_sets[2 * call.source]).add_(dk)
-            call.keys.of(d_sets[2 * call.source + 1]).add_(dv)
-        return (None, None, d_q.unflatten(0, (b, h)), *(x.unflatten(0, (b, h)) for x in d_sets))
+            accumulate(0, call.queries, dq)
+            accumulate(1 + 2 * call.source, call.keys, dk)
+            accumulate(2 + 2 * call.source, call.keys, dv)
+        grads = [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+        return (None, None, *(g.unflatten(0, (b, h)) for g in grads))
 
 
 def key_set_union(calls: tuple[KeyCall, ...], q: torch.Tensor, *sets: torch.Tensor,

@@ -16,15 +16,15 @@ Applies only where gradients are taken (training), not inside a block that
 there breaks the graph; AOTAutograd's partitioner chooses what to recompute itself);
 evaluation and decoding run the kernel directly.
 
-Used by ``local``, ``block_local``, ``dilated`` and ``strided``, which it brings to about full
-attention's step memory (strided to 1.3x) for 2-10 points of their speed-up (the README's
-table).  Not by ``fixed``, ``longformer`` and ``bigbird``: their forward's own peak (float32
-scores of the summary columns, gathered global and random blocks) keeps them at 1.3-2.7x full's
-memory either way, and recomputing that forward cost them most of their speed-up (fixed at
-T = 8192 ran at 0.68x full's speed with it).  ``kernel.recompute_in_backward = False`` turns it
-off (the tests measure both).  Random draws in the forward are replayed exactly (the RNG state is restored for
-the recomputation); a kernel whose forward is not a function of its inputs and that state
-cannot use it.
+Used by the windowed path of ``local``, ``block_local``, ``dilated`` and ``strided`` -- a bias,
+key padding, bidirectional, more keys than queries; causal training on CPU takes their fused paths
+(:mod:`.fused_band`, :mod:`.fused_factorized`), which store nothing to recompute.  Not by
+``longformer`` and ``bigbird``: their forward's own peak (the gathered global and random blocks)
+keeps them at 1.6-2.2x full's memory either way, and recomputing that forward cost them most of
+their speed-up.  ``kernel.recompute_in_backward = False`` turns it off (the tests measure
+both).  Random draws in the forward are replayed exactly (the RNG state is restored for the
+recomputation); a kernel whose forward is not a function of its inputs and that state cannot
+use it.
 """
 
 from __future__ import annotations
