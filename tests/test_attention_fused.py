@@ -105,7 +105,12 @@ def _step_memory(attention: str, fused: bool = True) -> float:
     return training_step_memory(model, seq_len, 1, 256)
 
 
+OVER_FULL = {"fixed": 1.05}
+"""A fused step's memory over full attention's: none (1 %: the tracker's rounding), but fixed's
+gathered summary columns (T c / l keys and values a layer, T / 8 here)."""
+
+
 @pytest.mark.parametrize("name", FUSED)
 def test_a_fused_step_holds_no_more_than_full_attentions(name):
     full, fused, general = _step_memory("full"), _step_memory(name), _step_memory(name, False)
-    assert fused <= 1.1 * full < general, (fused, full, general)
+    assert fused <= OVER_FULL.get(name, 1.01) * full < general, (fused, full, general)

@@ -76,18 +76,23 @@ class StepPoint:
     peak_mb: float       # its allocation-tracker peak
 
 
-def time_step(attention: str, length: int, shape: StepShape, steps: int,
-              free: bool = False) -> StepPoint:
+def time_steps(models: dict[str, nn.Module], length: int, shape: StepShape, steps: int
+               ) -> list[StepPoint]:
+    """Each model's fastest of ``steps`` single training steps, taken round-robin (one step of
+    each model in turn, after a warm-up round), so a slow phase of a shared machine falls on
+    every row alike rather than on whichever row it ran in; then its step memory."""
     from xformer_bench.training.step_memory import training_step_memory
 
-    model = build(attention, length, shape, free)
     size = shape.size(length)
-    rates = [hand_loop(model, size, 1, warmup=int(i == 0), device="cpu",
-                       precision="32-true")[0] for i in range(steps)]
-    tokens_per_sec = max(rates)  # the fastest of ``steps`` single steps, as attention_cost
-    memory = training_step_memory(model, length, size["batch"], 256)
-    return StepPoint("free" if free else attention, length,
-                     size["batch"] * length / tokens_per_sec, memory)
+    best = dict.fromkeys(models, 0.0)
+    for round_ in range(steps + 1):
+        for key, model in models.items():
+            rate = hand_loop(model, size, 1, warmup=0, device="cpu", precision="32-true")[0]
+            if round_:  # round 0 warms every model up
+                best[key] = max(best[key], rate)
+    return [StepPoint(key, length, size["batch"] * length / best[key],
+                      training_step_memory(model, length, size["batch"], 256))
+            for key, model in models.items()]
 
 
 def share_of_bound(full: StepPoint, option: StepPoint, free: StepPoint) -> float:
@@ -103,7 +108,8 @@ def markdown(points: list[StepPoint], where: str) -> str:
              "(t_full - t_option) / (t_full - t_free)", "",
              "| attention | T | s / step | speed-up | bound | share of bound | step MiB | "
              "memory vs full |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for p in points:
+    order = {name: i for i, name in reversed(list(enumerate(p.attention for p in points)))}
+    for p in sorted(points, key=lambda p: (order[p.attention], p.length)):  # option by option
         if p.attention in ("full", "free"):
             continue
         full, free = at[("full", p.length)], at[("free", p.length)]
@@ -121,20 +127,20 @@ def markdown(points: list[StepPoint], where: str) -> str:
 
 def sweep(names: list[str], lengths: list[int], shape: StepShape, steps: int,
           progress=print) -> list[StepPoint]:
-    """Full and the free bound at each length, then every option; an option the decoder LM
-    refuses (bidirectional-only) is skipped with a line."""
+    """Full, the free bound and every option at each length, timed round-robin
+    (:func:`time_steps`); an option the decoder LM refuses (bidirectional-only) is skipped
+    with a line."""
     from xformer_bench.errors import ConfigError
 
     points = []
     for length in lengths:
-        points += [time_step("full", length, shape, steps),
-                   time_step("full", length, shape, steps, free=True)]
-    for name in (n for n in names if n != "full"):
-        for length in lengths:
+        models = {"full": build("full", length, shape), "free": build("full", length, shape, True)}
+        for name in (n for n in names if n != "full"):
             try:
-                points.append(time_step(name, length, shape, steps))
+                models[name] = build(name, length, shape)
             except ConfigError as error:
                 progress(f"skip {name}: {error}")
-                break
-            progress(f"{name} T={length}: {points[-1].seconds:.3f} s/step")
+        timed = time_steps(models, length, shape, steps)
+        progress(" ".join(f"{p.attention} T={length}: {p.seconds:.3f} s/step" for p in timed))
+        points += timed
     return points

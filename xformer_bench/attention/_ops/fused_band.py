@@ -25,6 +25,12 @@ import torch
 from xformer_bench.attention._ops.key_set_union import KeyCall, Span, fused_applies, on_grid
 
 
+def piece_rows(lane_rows: int) -> int:
+    """Rows per call of the earlier-row calls: a quarter of the lane, so the gradients the
+    kernel's backward returns before they are summed are a quarter of q, k and v's."""
+    return max(1, math.ceil(lane_rows / 4))
+
+
 @dataclass(frozen=True)
 class Band:
     width: int  # W, the row length (a query block when blocked)
@@ -53,8 +59,11 @@ class Band:
             calls.append(KeyCall(0, rows(lane, 0, lane_rows), rows(lane, 0, lane_rows),
                                  causal=True))
             for back in range(1, min(lane_rows - 1, math.ceil(self.reach / w)) + 1):
-                calls.append(KeyCall(back, rows(lane, back, lane_rows),
-                                     rows(lane, 0, lane_rows - back), allowed=self.in_reach(back)))
+                for first in range(back, lane_rows, piece_rows(lane_rows)):  # in pieces
+                    stop = min(first + piece_rows(lane_rows), lane_rows)
+                    calls.append(KeyCall(back, rows(lane, first, stop),
+                                         rows(lane, first - back, stop - back),
+                                         allowed=self.in_reach(back)))
         return tuple(calls)
 
 

@@ -109,16 +109,19 @@ class KeySetUnion(torch.autograd.Function):
             call.queries.of(lses[call.slot]).copy_(lse.unsqueeze(-1))
         lse = lses.logsumexp(0)  # (B H, N, 1)
         weights = (lses - lse).exp().nan_to_num_(0.0)  # a query no slot reaches: 0
-        out = (weights.to(outs.dtype) * outs).sum(0)  # (B H, N, D)
+        # (B, H, N, D) laid out as (B, N, H, D), as the fused kernel lays out its output: the
+        # heads' merge after attention is then a view, not a second copy kept for backward
+        out = q.new_empty(b, n, h, d).transpose(1, 2)
+        out.copy_((weights.to(outs.dtype) * outs).sum(0).unflatten(0, (b, h)))
         ctx.calls, ctx.scale = calls, scale
         ctx.save_for_backward(q, out, lse, *sets)
-        return out.unflatten(0, (b, h))
+        return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         q, out, lse, *sets = ctx.saved_tensors
         b, h = grad.shape[:2]
-        grad = _flat(grad.contiguous())
+        grad, out = (_flat(x.contiguous()) for x in (grad, out))
         inputs = (q, *sets)
         grads: list[torch.Tensor | None] = [None] * len(inputs)
 
