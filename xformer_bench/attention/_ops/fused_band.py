@@ -4,13 +4,16 @@ lanes) and ``block_local`` (blocks of l positions with a memory of m before them
 
 Each lane (positions r, r + d, ...) is laid out as rows of W positions.  A query's row attends
 itself causally (one call over all rows, folded into groups), and row n attends row n - b, for
-b = 1 .. ceil(reach / W), in one call per b over all rows at once, with a (W, W) pattern when
+b = 1 .. ceil(reach / W), in calls of a quarter of the rows each (so the gradients the
+kernel's backward returns before they are summed are small), with a (W, W) pattern when
 part of that row is out of reach: key column c' is in reach of query column c when
 c' >= c + b W - reach (sliding) or c' >= b W - memory (blocked: the whole block sees its
-memory).  Only pairs near the band are scored (W^2 per row and call), nothing is copied, and
-nothing is stored but the output and its normaliser: the step holds full attention's memory
-without recomputing anything (the windowed path, :mod:`.window`, recomputes its gathered keys,
-:mod:`.recompute`).  Bias, key padding, bidirectional and non-CPU calls take that path.
+memory).  W is the window (local, dilated) or the block (block_local).  Only pairs near the
+band are scored (W^2 per row and call), nothing is copied, and nothing is stored but the output
+and its normaliser: the step holds full attention's memory without recomputing anything (the
+windowed path, :mod:`.window`, recomputes its gathered keys, :mod:`.recompute`).  A bias, key
+padding, bidirectional attention, keys longer than the queries and non-CPU tensors take that
+path (:func:`.key_set_union.fused_applies`).
 """
 
 from __future__ import annotations
@@ -26,8 +29,7 @@ from xformer_bench.attention._ops.key_set_union import KeyCall, Span, fused_appl
 
 
 def piece_rows(lane_rows: int) -> int:
-    """Rows per call of the earlier-row calls: a quarter of the lane, so the gradients the
-    kernel's backward returns before they are summed are a quarter of q, k and v's."""
+    """Rows per call of the earlier-row calls: a quarter of the lane."""
     return max(1, math.ceil(lane_rows / 4))
 
 
@@ -68,7 +70,7 @@ class Band:
 
 
 def fused_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band: Band) -> torch.Tensor:
-    """Causal attention of q (B, H, T, D), the last T of k's S positions, within ``band``."""
+    """Causal attention of q, k, v (B, H, T, D) within ``band``."""
     s, d = k.shape[-2], band.dilation
     lane_rows = math.ceil(s / (d * band.width))
     calls = band.calls(lane_rows)
