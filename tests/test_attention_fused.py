@@ -22,6 +22,8 @@ SETTINGS = {  # several per option: a window or stride that is and is not a row,
     "dilated": [{"window": 4, "dilation": 3}, {"window": 7, "dilation": 2}],
     "block_local": [{"block": 5, "memory": 7}, {"block": 8, "memory": 8},
                     {"block": 6, "memory": 3}, {"block": 4, "memory": 0}],
+    "longformer": [{"window": 5, "n_global": 1}, {"window": 8, "n_global": 3},
+                   {"window": 4, "n_global": 9}, {"window": 100, "n_global": 2}],
     "fixed": [{"stride": 5, "summary": 2}, {"stride": 8, "summary": 8},
               {"stride": 32, "summary": 3}, {"stride": "auto", "summary": 4}],
     "strided": [{"stride": 5}, {"stride": 8}, {"stride": 32}, {"stride": "auto"}],
@@ -85,6 +87,7 @@ def test_other_cases_take_the_general_path(name, monkeypatch):
 
 
 SPARSE_AT_1024 = {"local": ["attention.window=64"],
+                  "longformer": ["attention.window=64", "attention.n_global=4"],
                   "dilated": ["attention.window=32"],
                   "block_local": ["attention.block=64", "attention.memory=64"],
                   "fixed": ["attention.stride=64", "attention.summary=16"],

@@ -15,6 +15,9 @@ separate dense pass, O(g * T): O(T * (w + g)) in all, never T x T.  The paper gi
 attention its own projections (Q_g, K_g, V_g); this kernel shares the layer's projections, as
 do the kernels it sits beside, and dilates every head when ``dilation`` > 1 (the paper:
 some heads of the upper layers).
+Causal and undilated on CPU (no bias, no key padding), it runs as fused kernel calls
+(:mod:`._ops.fused_band`): the window's rows and one call for the global keys past the
+window's reach, nothing gathered or stored but the output and its normaliser.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from xformer_bench.attention import AttentionKernel
+from xformer_bench.attention._ops.fused_band import Band, fused_band_on_cpu
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._ops.window import band_block, window_reach, windowed_attention
 from xformer_bench.core.dims import ModelDims
@@ -46,6 +50,9 @@ class LongformerAttention(AttentionKernel):
                              n_global=self.n_global)
 
     @flex_dispatch
+    @fused_band_on_cpu(lambda self, s: Band(min(self.window, s), self.window - 1,
+                                            n_global=self.n_global)
+                       if self.dilation == 1 else None)
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -1,6 +1,7 @@
 """Causal banded attention on CPU as fused kernel calls merged by log-sum-exp
 (:mod:`.key_set_union`): ``local`` (the previous w positions), ``dilated`` (the same in each of d
-lanes) and ``block_local`` (blocks of l positions with a memory of m before them).
+lanes), ``block_local`` (blocks of l positions with a memory of m before them) and
+``longformer`` (the window and its g global keys, undilated).
 
 Each lane (positions r, r + d, ...) is laid out as rows of W positions.  A query's row attends
 itself causally (one call over all rows, folded into groups), and row n attends row n - b, for
@@ -8,7 +9,8 @@ b = 1 .. ceil(reach / W), in calls of a quarter of the rows each (so the gradien
 kernel's backward returns before they are summed are small), with a (W, W) pattern when
 part of that row is out of reach: key column c' is in reach of query column c when
 c' >= c + b W - reach (sliding) or c' >= b W - memory (blocked: the whole block sees its
-memory).  W is the window (local, dilated) or the block (block_local).  Only pairs near the
+memory).  W is the window (local, dilated) or the block (block_local).  Global keys are one
+more call for the queries past the window's reach of them.  Only pairs near the
 band are scored (W^2 per row and call), nothing is copied, and nothing is stored but the output
 and its normaliser: the step holds full attention's memory without recomputing anything (the
 windowed path, :mod:`.window`, recomputes its gathered keys, :mod:`.recompute`).  A bias, key
@@ -39,6 +41,7 @@ class Band:
     reach: int  # how many positions back a query (sliding) or a block's first query sees
     sliding: bool = True
     dilation: int = 1
+    n_global: int = 0  # keys 0 .. g - 1 seen by every later query (Longformer's; sliding, d = 1)
 
     def in_reach(self, back: int) -> torch.Tensor | None:
         """(W, W) bool: query column c, key column c' of the row ``back`` rows earlier; None:
@@ -66,6 +69,19 @@ class Band:
                     calls.append(KeyCall(back, rows(lane, first, stop),
                                          rows(lane, first - back, stop - back),
                                          allowed=self.in_reach(back)))
+        return tuple(calls) + self.global_calls(lane_rows * w, 1 + max(c.slot for c in calls))
+
+    def global_calls(self, n: int, slot: int) -> tuple[KeyCall, ...]:
+        """The global keys 0 .. g - 1 for the queries beyond the window's reach of them: with a
+        (queries, g) pattern where the window still holds some of them (j > i - reach - 1)."""
+        g, reach = min(self.n_global, n), self.reach
+        calls, near = [], range(reach + 1, min(g + reach, n))  # queries the window half covers
+        if len(near):
+            i, j = torch.tensor(near)[:, None], torch.arange(g)
+            calls.append(KeyCall(slot, Span(near.start, near.stop), Span(0, g),
+                                 allowed=j <= i - reach - 1))
+        if g and g + reach < n:
+            calls.append(KeyCall(slot, Span(g + reach, n), Span(0, g)))
         return tuple(calls)
 
 
@@ -77,15 +93,16 @@ def fused_band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band: Band) ->
     return on_grid(q, k, v, lane_rows * band.width * d, lambda k_, v_: (calls, ()))
 
 
-def fused_band_on_cpu(band: Callable[[object, int], Band]):
-    """Wraps a banded kernel's ``forward``: :func:`fused_band` where :func:`fused_applies`, with
-    ``band(kernel, S)``; the wrapped (windowed) forward otherwise."""
+def fused_band_on_cpu(band: Callable[[object, int], Band | None]):
+    """Wraps a banded kernel's ``forward``: :func:`fused_band` with ``band(kernel, S)`` where
+    :func:`fused_applies` and that is not None; the wrapped (windowed) forward otherwise."""
 
     def wrap(forward):
         @functools.wraps(forward)
         def kernel(self, q, k, v, *, causal, bias=None, key_padding_mask=None, layer=0):
-            if fused_applies(self, q, k, causal, bias, key_padding_mask):
-                return fused_band(q, k, v, band(self, k.shape[-2]))
+            shape = band(self, k.shape[-2])  # None: this setting has no fused path
+            if shape is not None and fused_applies(self, q, k, causal, bias, key_padding_mask):
+                return fused_band(q, k, v, shape)
             return forward(self, q, k, v, causal=causal, bias=bias,
                            key_padding_mask=key_padding_mask, layer=layer)
 
