@@ -21,17 +21,23 @@ are gathered side by side and one softmax runs over all
 random blocks)); the global blocks' query rows are a dense pass over those rows only, O(g * T)
 (O(g^2) when causal).
 
+Causal on CPU (no bias, no key padding) it runs as fused kernel calls (:mod:`._ops.fused_band`):
+the window's rows, one call for the global keys past the window's reach and one per query
+block and random block, nothing gathered or stored but the output and its normaliser.
+
 torch.compile: not one graph (the random key blocks are drawn from a torch.Generator made in the
 forward (one stream per seed and layer); tests/test_compile.py).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from xformer_bench.attention import EXACT_ATTENTION, AttentionKernel
+from xformer_bench.attention._ops.fused_band import Band, fused_band_on_cpu
 from xformer_bench.attention._ops.flex import WindowPattern, flex_dispatch
 from xformer_bench.attention._ops.window import windowed_attention
 from xformer_bench.core.dims import ModelDims
@@ -82,7 +88,20 @@ class BigBirdAttention(AttentionKernel):
                              n_global=self.global_blocks * self.block,
                              random=tuple(map(tuple, random.tolist())))
 
+    def band(self, s: int, layer: int) -> Band:
+        """The fused CPU path's layout for S positions (:mod:`._ops.fused_band`), causal."""
+        before, _ = self.window_reach(causal=True)
+        return Band(self.block, before * self.block, sliding=False,
+                    n_global=self.global_blocks * self.block,
+                    random=self.random_rows(math.ceil(s / self.block), layer))
+
+    @functools.lru_cache(maxsize=32)
+    def random_rows(self, n_blocks: int, layer: int) -> tuple[tuple[int, ...], ...]:
+        """:meth:`random_key_blocks`, causal, as plain tuples (drawn once per length and layer)."""
+        return tuple(map(tuple, self.random_key_blocks(n_blocks, True, layer).tolist()))
+
     @flex_dispatch
+    @fused_band_on_cpu
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)

@@ -49,8 +49,12 @@ class BlockLocalAttention(AttentionKernel):
     def flex_pattern(self, t, s, causal, layer, heads) -> WindowPattern:
         return WindowPattern(self.memory, 0 if causal else self.memory, block=self.block)
 
+    def band(self, s: int, layer: int) -> Band | None:
+        """The fused CPU path's layout for S positions (:mod:`._ops.fused_band`)."""
+        return Band(self.block, self.memory, sliding=False)
+
     @flex_dispatch
-    @fused_band_on_cpu(lambda self, s: Band(self.block, self.memory, sliding=False))
+    @fused_band_on_cpu
     @recomputed
     def forward(
         self,

@@ -45,9 +45,13 @@ class DilatedAttention(AttentionKernel):
     def flex_pattern(self, t, s, causal, layer, heads) -> WindowPattern:
         return WindowPattern(*window_reach(self.window, causal), dilation=self.dilation)
 
+    def band(self, s: int, layer: int) -> Band | None:
+        """The fused CPU path's layout for S positions (:mod:`._ops.fused_band`)."""
+        return Band(min(max(self.window // 2, 1), -(-s // self.dilation)), self.window - 1,
+                    dilation=self.dilation)
+
     @flex_dispatch
-    @fused_band_on_cpu(lambda self, s: Band(min(self.window, -(-s // self.dilation)), self.window - 1,
-                                      dilation=self.dilation))
+    @fused_band_on_cpu
     @recomputed
     def forward(
         self,

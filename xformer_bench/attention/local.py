@@ -41,8 +41,12 @@ class LocalAttention(AttentionKernel):
     def flex_pattern(self, t, s, causal, layer, heads) -> WindowPattern:
         return WindowPattern(*window_reach(self.window, causal))
 
+    def band(self, s: int, layer: int) -> Band | None:
+        """The fused CPU path's layout for S positions (:mod:`._ops.fused_band`)."""
+        return Band(min(max(self.window // 2, 1), s), self.window - 1)  # rows of w / 2: fastest
+
     @flex_dispatch
-    @fused_band_on_cpu(lambda self, s: Band(min(self.window, s), self.window - 1))
+    @fused_band_on_cpu
     @recomputed
     def forward(
         self,

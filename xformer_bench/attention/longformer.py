@@ -49,10 +49,14 @@ class LongformerAttention(AttentionKernel):
         return WindowPattern(*window_reach(self.window, causal), dilation=self.dilation,
                              n_global=self.n_global)
 
+    def band(self, s: int, layer: int) -> Band | None:
+        """The fused CPU path's layout for S positions (:mod:`._ops.fused_band`)."""
+        if self.dilation > 1:  # a dilated window with global keys: the windowed path only
+            return None
+        return Band(min(max(self.window // 2, 1), s), self.window - 1, n_global=self.n_global)
+
     @flex_dispatch
-    @fused_band_on_cpu(lambda self, s: Band(min(self.window, s), self.window - 1,
-                                            n_global=self.n_global)
-                       if self.dilation == 1 else None)
+    @fused_band_on_cpu
     def forward(
         self,
         q: torch.Tensor,  # (B, H, T, Dh)
