@@ -16,12 +16,12 @@ Applies only where gradients are taken (training), not inside a block that
 there breaks the graph; AOTAutograd's partitioner chooses what to recompute itself);
 evaluation and decoding run the kernel directly.
 
-Used by the windowed path of ``local``, ``block_local``, ``dilated`` and ``strided`` -- a bias,
-key padding, bidirectional, more keys than queries; causal training on CPU takes their fused paths
-(:mod:`.fused_band`, :mod:`.fused_factorized`), which store nothing to recompute.  Not by
-``longformer`` and ``bigbird``: their forward's own peak (the gathered global and random blocks)
-keeps them at 1.6-2.2x full's memory either way, and recomputing that forward cost them most of
-their speed-up.  ``kernel.recompute_in_backward = False`` turns it off (the tests measure
+Used by the windowed path of ``local``, ``block_local``, ``dilated`` and ``strided`` (a bias, key
+padding, bidirectional attention, more keys than queries); causal training on CPU takes their
+fused paths (:mod:`.fused_band`, :mod:`.fused_factorized`), which store nothing to recompute.
+Not by the windowed path of ``longformer`` and ``bigbird``: its forward's own peak (the gathered
+global and random blocks) keeps them at 1.6-2.2x full's memory either way, and recomputing
+that forward cost them most of their speed-up.  ``kernel.recompute_in_backward = False`` turns it off (the tests measure
 both).  Random draws in the forward are replayed exactly (the RNG state is restored for the
 recomputation); a kernel whose forward is not a function of its inputs and that state cannot
 use it.
