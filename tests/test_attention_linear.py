@@ -141,13 +141,15 @@ def test_features_are_redrawn_every_interval_in_training_and_never_in_eval():
     for _ in range(3):  # evaluation: neither redraws nor counts
         layer.eval()(q, k, v, causal=True)
     assert torch.equal(layer.features, drawn[0]) and int(layer.steps) == 0
-    for call in range(8):
+    for step in range(8):
         layer.train()(q, k, v, causal=True)
+        layer.apply_pending_updates()  # after the optimiser step, as Task.optimizer_step
         drawn.append(layer.features.clone())
         layer.eval()(q, k, v, causal=True)
+        layer.apply_pending_updates()  # in evaluation: nothing
         assert torch.equal(layer.features, drawn[-1])
     changed = [i for i in range(1, 9) if not torch.equal(drawn[i], drawn[i - 1])]
-    assert changed == [4, 7]  # training calls 4 and 7 start with steps = 3 and 6
+    assert changed == [3, 6]  # after steps 3 and 6: steps 4 and 7 use redraws 1 and 2
     assert int(layer.steps) == 8
     torch.testing.assert_close(layer.features, layer.draw(2), atol=0, rtol=0)
     # reproducible from the seed: a fresh layer (another seed) restored from the state dict
@@ -158,8 +160,9 @@ def test_features_are_redrawn_every_interval_in_training_and_never_in_eval():
     torch.testing.assert_close(restored.eval()(q, k, v, causal=False),
                                layer.eval()(q, k, v, causal=False), atol=0, rtol=0)
     for module in (layer, restored):
-        module.train()(q, k, v, causal=True)  # step 8: no redraw; step 9: redraw 3
-        module(q, k, v, causal=True)
+        for _ in range(2):  # after step 9: redraw 3; after step 10: none
+            module.train()(q, k, v, causal=True)
+            module.apply_pending_updates()
     torch.testing.assert_close(restored.features, layer.features, atol=0, rtol=0)
     torch.testing.assert_close(layer.features, layer.draw(3), atol=0, rtol=0)
 

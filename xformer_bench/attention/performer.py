@@ -24,8 +24,12 @@ sums of :func:`~xformer_bench.attention._ops.feature_maps.feature_attention`, sh
   ``GaussianOrthogonalRandomMatrix``, scaling=0).  One (m, Dh) matrix per layer, shared by
   its heads, as there.
 * **Redrawing** (the paper redraws the features periodically in training): the
-  features are redrawn every ``redraw_interval`` training forward calls (counted in the
-  buffer ``steps``), never in evaluation.  Draw n is a function of (``seed``, n) only -- a
+  features are redrawn every ``redraw_interval`` optimiser steps (counted in the buffer
+  ``steps`` by ``apply_pending_updates``, after the step, :mod:`xformer_bench.core.step_updates`;
+  performer-pytorch counts training forward calls, the same without gradient accumulation),
+  never in evaluation.  The forward itself reads no host counter: activation checkpointing's
+  replay and the reversible stack's recompute see the same features, and ``torch.compile``
+  compiles it once (a Python step counter read in the forward recompiled it every step).  Draw n is a function of (``seed``, n) only -- a
   CPU ``torch.Generator`` seeded with both -- and ``seed`` is drawn from torch's generator
   when the layer is built (reproducible from ``torch.manual_seed``, distinct per layer) and
   stored as a buffer, so a restored checkpoint evaluates with exactly its features.
@@ -114,6 +118,16 @@ class PerformerAttention(AttentionKernel):
         generator = torch.Generator().manual_seed(self._seed * 1_000_003 + n)
         return orthogonal_gaussian(self.n_features, self.head_dim, generator)
 
+    def apply_pending_updates(self) -> None:
+        """Count a training step and redraw every ``redraw_interval`` of them (called after the
+        optimiser step, :mod:`xformer_bench.core.step_updates`)."""
+        if not self.training:
+            return
+        self._steps += 1
+        self.steps.fill_(self._steps)
+        if self._steps % self.redraw_interval == 0:
+            self.features.copy_(self.draw(self._steps // self.redraw_interval))
+
     def extra_repr(self) -> str:
         return (f"kernel={self.kernel}, n_features={self.n_features}, "
                 f"redraw_interval={self.redraw_interval}")
@@ -131,12 +145,6 @@ class PerformerAttention(AttentionKernel):
     ) -> torch.Tensor:  # (B, H, T, Dh)
         if bias is not None:
             raise ValueError("performer attention cannot add a pair bias")
-        if self.training:
-            step = self._steps
-            if step and step % self.redraw_interval == 0:
-                self.features.copy_(self.draw(step // self.redraw_interval))
-            self._steps = step + 1
-            self.steps.fill_(self._steps)
         w, scale = self.features.float(), None  # (m, Dh)
         with full_precision(q):  # exp of a bf16 exponent would be far off
             if self.kernel == "softmax":
