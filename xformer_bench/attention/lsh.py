@@ -114,8 +114,8 @@ def attend_chunks(
         # is the position order, so in the query's bucket these are its last m positions <= it
         window = torch.ones(m, 2 * m, dtype=torch.bool, device=q.device).tril(m).triu(1)
         allowed = allowed & (k_bucket[..., None, :] == q_bucket[..., None]) & window
-    self_logit = torch.zeros(m, 2 * m, device=q.device)  # (m, 2m): query i is key m + i
-    self_logit[:, m:].fill_diagonal_(-SELF_PENALTY)
+    own = torch.eye(m, device=q.device)  # (m, 2m): query i is key m + i (no in-place fill on
+    self_logit = torch.cat([torch.zeros_like(own), own * -SELF_PENALTY], dim=1)  # a view: inductor)
     scores = (q @ k.transpose(-1, -2)).float() + self_logit  # (G, B, H, R, m, 2m), unscaled
     return softmax_attention(scores, allowed, v)
 
