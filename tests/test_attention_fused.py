@@ -59,6 +59,19 @@ def test_the_fused_path_equals_the_general_one_with_gradients(name, settings, t)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_fixed_in_several_summary_chunks_equals_the_general_path(monkeypatch):
+    """Chunks of 2 rows (the default's 512 queries are one chunk at these lengths)."""
+    import xformer_bench.attention.fixed as fixed
+    monkeypatch.setattr(fixed, "CHUNK_QUERIES", 10)
+    fixed.summary_calls.cache_clear()
+    try:
+        test_the_fused_path_equals_the_general_one_with_gradients(
+            "fixed", {"stride": 5, "summary": 2}, 67)
+        assert sum(call.slot == 2 for call in fixed.summary_calls(14, 5, 2)) == 6
+    finally:
+        fixed.summary_calls.cache_clear()
+
+
 @pytest.mark.parametrize("name", FUSED)
 def test_the_fused_path_in_bfloat16_is_the_float32_answer_within_bf16(name):
     gen = torch.Generator().manual_seed(0)
