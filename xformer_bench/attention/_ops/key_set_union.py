@@ -8,8 +8,8 @@ cover disjoint queries; a query's slots are merged as O = sum_s exp(L_s - L) O_s
 L = logsumexp_s L_s.  The backward pass calls the kernel's backward once per call with the
 *merged* O and L: with P = exp(S - L) and D = rowsum(dO * O) that is the merged softmax's
 gradient restricted to the call's keys, dS = P (dP - D).  Nothing of size queries x keys is
-kept: the output and its float32 normaliser, as full attention's fused kernel keeps.  Spans are
-strided views (the kernel reads strides), so no query, key or value is copied.
+kept: q, k, v, the output and its float32 normaliser, as full attention's fused kernel keeps.
+Spans are strided views of contiguous q, k, v (the kernel reads strides): nothing is gathered.
 
 CPU only: it calls ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward, the
 kernel behind ``scaled_dot_product_attention`` on CPU, because the public function does not
