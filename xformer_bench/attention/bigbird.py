@@ -31,7 +31,6 @@ forward (one stream per seed and layer); tests/test_compile.py).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -58,6 +57,7 @@ class BigBirdAttention(AttentionKernel):
                              "attention.global_blocks and attention.random_blocks >= 0")
         self.block, self.window_blocks = block, window_blocks
         self.global_blocks, self.random_blocks, self.seed = global_blocks, random_blocks, seed
+        self._random_rows: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
 
     def window_reach(self, causal: bool) -> tuple[int, int]:
         """Window blocks before and after a query block's own."""
@@ -95,10 +95,14 @@ class BigBirdAttention(AttentionKernel):
                     n_global=self.global_blocks * self.block,
                     random=self.random_rows(math.ceil(s / self.block), layer))
 
-    @functools.lru_cache(maxsize=32)
     def random_rows(self, n_blocks: int, layer: int) -> tuple[tuple[int, ...], ...]:
-        """:meth:`random_key_blocks`, causal, as plain tuples (drawn once per length and layer)."""
-        return tuple(map(tuple, self.random_key_blocks(n_blocks, True, layer).tolist()))
+        """:meth:`random_key_blocks`, causal, as plain tuples (drawn once per length and layer,
+        kept on the kernel: a class-level cache would keep every kernel alive)."""
+        key = (n_blocks, layer)
+        if key not in self._random_rows:
+            self._random_rows[key] = tuple(map(tuple, self.random_key_blocks(
+                n_blocks, True, layer).tolist()))
+        return self._random_rows[key]
 
     @flex_dispatch
     @fused_band_on_cpu
