@@ -124,3 +124,25 @@ def test_the_step_bound_removes_every_attention_kernel_and_scores_the_share_save
     assert [p.attention for p in points] == ["full", "free", "local"]
     table = step_bound.markdown(points, "test")
     assert "| local | 32 |" in table and "| full (free) | 32 |" in table
+    assert points[0].attended == 1.0 and points[1].attended is None
+
+
+def test_the_step_bound_ceiling_is_one_minus_the_attended_pairs():
+    """local with a 16-key window at T = 64 attends query i's min(i + 1, 16) keys: 904 of the
+    2,080 causal pairs; the row's ceiling is the rest."""
+    from xformer_bench.bench import step_bound
+
+    shape = step_bound.StepShape(d_model=16, n_layers=1, n_heads=2)
+    model = step_bound.build("local", 64, shape, overrides=("attention.window=16",))
+    attended = step_bound.attended_fraction(model, 64)  # from local's declared pattern
+    assert attended == pytest.approx(sum(min(i + 1, 16) for i in range(64)) / (64 * 65 / 2))
+    from xformer_bench.models.attended_pairs import attention_coverage, first_token_mixer
+
+    probed = attention_coverage(first_token_mixer(model), 64, [0], causal=True)
+    assert probed["attended_fraction"] == pytest.approx(attended)  # what the kernel computes
+    points = [step_bound.StepPoint("full", 64, 1.0, 1.0, 1.0),
+              step_bound.StepPoint("free", 64, 0.4, 1.0),
+              step_bound.StepPoint("local", 64, 0.5, 1.0, attended)]
+    row = next(line for line in step_bound.markdown(points, "t").splitlines()
+               if line.startswith("| local"))
+    assert "| 43 % | 83 % (57 %) |" in row  # 904 / 2080 attended; (1 - 0.5) / (1 - 0.4) saved

@@ -34,8 +34,6 @@ torch.compile: one graph on the fused path (tests/test_compile.py); the general 
 
 from __future__ import annotations
 
-import torch
-
 import functools
 
 import torch
