@@ -173,3 +173,34 @@ def test_greedy_reorders_the_cache_only_when_an_example_stops():
                       length_penalty=0.0, reorder=lambda parents: calls.append(parents.tolist()))
     assert [len(o) for o in out] == [2, 5, 3]
     assert calls == [[1, 2], [0]]  # after example 0 stops (step 2), after example 2 (step 3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_search_is_beam_one_token_for_token_with_the_same_reorders(seed):
+    """The vectorised greedy decoder against beam_search at beam 1: per-example lengths that cut
+    some examples, others stopping at eos at different steps, and every reorder call alike."""
+    from xformer_bench.models.greedy_search import greedy_search
+
+    model = toy(seed, rows_differ=True)
+    limits = torch.tensor([5, 1, 3])
+    calls = {"beam": [], "greedy": []}
+    beam = beam_search(model, 3, bos_id=BOS, eos_id=EOS, beam=1, max_len=limits,
+                       length_penalty=0.6, reorder=lambda p: calls["beam"].append(p.tolist()))
+    greedy = greedy_search(model, 3, bos_id=BOS, eos_id=EOS, max_len=limits,
+                           reorder=lambda p: calls["greedy"].append(p.tolist()))
+    assert greedy == beam
+    assert calls["greedy"] == calls["beam"]
+
+
+def test_greedy_search_stops_an_example_whose_every_token_is_impossible():
+    from xformer_bench.models.greedy_search import greedy_search
+
+    def dead_end(prefixes, rows):  # example 1 has no possible token at its second step
+        log_probs = torch.full((len(rows), V), -5.0)
+        log_probs[:, 2] = -0.1
+        log_probs[(rows == 1) & (prefixes.shape[1] == 2)] = -float("inf")
+        return log_probs
+
+    expected = beam_search(dead_end, 2, bos_id=BOS, eos_id=EOS, beam=1, max_len=3)
+    assert greedy_search(dead_end, 2, bos_id=BOS, eos_id=EOS, max_len=3) == expected
+    assert expected == [[2, 2, 2], []]

@@ -77,3 +77,34 @@ def test_bleu_rises_from_nothing_on_a_word_mapped_language():
     assert task.evaluated_units["test"] == sum(len(s) + 1 for s in data.eval_splits["test"].sources)
     fields = task.record_fields()
     assert fields["bleu_signature"].startswith("nrefs:1") and fields["decoding"]["test"] == "beam 3"
+
+
+def test_validations_before_the_last_score_the_loss_alone_and_the_last_decodes():
+    """eval.val_bleu: last (the default) -- BLEU at the last validation and the test only;
+    every -- at each validation."""
+    for val_bleu, decoded in (("last", [False, True]), ("every", [True, True])):
+        torch.manual_seed(0)
+        data = WordMappedData()
+        dims = ModelDims(d_model=16, n_heads=2, n_layers=1, d_ff=32, seq_len=16,
+                         vocab_size=data.vocab_size)
+        model = EncoderDecoder(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
+                               {"name": "learned"}, {"name": "dense"}, {"name": "standard"},
+                               pad_id=PAD)
+        optim = dict(lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0, warmup_steps=1,
+                     decay="cosine", min_lr_ratio=0.1, label_smoothing=0.1)
+        task = TranslationTask(model, data, optim, max_steps=4, last_validation=4,
+                               eval_options={"max_extra_len": 2, "val_bleu": val_bleu})
+        seen = []
+
+        class Keys(L.Callback):
+            def on_validation_end(self, trainer, pl_module):
+                seen.append("val/bleu" in trainer.callback_metrics)
+                trainer.callback_metrics.pop("val/bleu", None)
+
+        trainer = L.Trainer(max_steps=4, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False,
+                            num_sanity_val_steps=0, val_check_interval=2, accelerator="cpu",
+                            callbacks=[Keys()])
+        trainer.fit(task, datamodule=data)
+        assert seen == decoded, val_bleu
+        assert task.record_fields()["decoding"]["val"].startswith("greedy")

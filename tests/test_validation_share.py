@@ -16,8 +16,14 @@ def test_the_share_counts_subsampled_intermediates_and_one_whole_final_validatio
     assert share.validation_seconds(1000) == share.validation_seconds(None)  # capped at whole
 
 
-def test_translation_is_timed_after_training_and_enwik8_subsamples_two_batches():
+def test_translation_is_timed_after_training_and_enwik8_subsamples_one_batch():
     from xformer_bench.bench.validation_share import defaults_of
 
     assert [d.data for d in DOMAINS if d.trained] == ["wmt14"]  # an untrained decoder never stops
-    assert defaults_of("enwik8")["subsample"] == 2
+    assert defaults_of("enwik8")["subsample"] == 1
+
+
+def test_validations_before_the_last_may_cost_less_per_batch():
+    share = Share("wmt14", seconds_per_step=0.3, seconds_per_batch=1.0, whole_split=47,
+                  subsample=4, max_steps=600, val_checks=8, seconds_per_intermediate_batch=0.1)
+    assert share.validation_seconds(4) == pytest.approx(7 * 4 * 0.1 + 47 * 1.0)

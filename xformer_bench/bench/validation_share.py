@@ -18,7 +18,8 @@ sentence files of generated words (the wmt14 datamodule's own ``data.path`` sour
 as a generated ImageFolder (``data.path``).  WMT validation decodes greedily, and an untrained
 decoder never emits eos (it decodes every sentence to its length limit, source + 50 tokens), so
 WMT is timed after its default run's whole training (``trained``): its decoder has learnt the
-stand-in's sentence lengths, as a real run's has learnt WMT's.
+stand-in's sentence lengths, as a real run's has learnt WMT's.  Its validations before the last
+score the loss alone (``eval.val_bleu: last``), so they are timed apart (``intermediate``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Domain:
     stand_in: tuple[str, ...] = ()   # overrides timing it on data of the same shapes here
     generate: str = ""               # which generator below the stand-in reads
     trained: bool = False            # time validation after the default run's training
+    intermediate: tuple[str, ...] = ()  # overrides that time a validation before the last
 
 
 DOMAINS = (
@@ -55,7 +57,7 @@ DOMAINS = (
            "text"),
     Domain("listops", math.ceil(2000 / 64), "2,000 generated expressions, 64 a batch"),
     Domain("wmt14", math.ceil(3000 / 64), "newstest2013: 3,000 sentence pairs, 64 a batch",
-           ("data=wmt14",), "wmt", trained=True),
+           ("data=wmt14",), "wmt", trained=True, intermediate=("eval.val_bleu=never",)),
     Domain("imagenet", math.ceil(10 * round(0.02 * 947) / 64),
            "Imagenette: 2 % of each class's ~947 training images (190), 64 a batch",
            ("data=imagenet", "data.val_fraction=0.5"), "images"),
@@ -119,13 +121,16 @@ class Share:
     subsample: int | None
     max_steps: int
     val_checks: int
+    seconds_per_intermediate_batch: float | None = None  # when they cost less (None: the same)
 
     def validation_seconds(self, subsample: int | None) -> float:
         interval = validation_interval(self.max_steps, self.val_checks)
         last = last_validation_step(self.max_steps, interval)
         intermediate = last // interval - 1
         per_intermediate = min(subsample or self.whole_split, self.whole_split)
-        return (intermediate * per_intermediate + self.whole_split) * self.seconds_per_batch
+        batch = self.seconds_per_intermediate_batch or self.seconds_per_batch
+        return (intermediate * per_intermediate * batch
+                + self.whole_split * self.seconds_per_batch)
 
     def share(self, subsample: int | None) -> float:
         validation = self.validation_seconds(subsample)
@@ -145,26 +150,35 @@ def defaults_of(data: str) -> dict:
 def measure(domain: Domain, steps: int, batches: int) -> Share:
     """Time ``steps`` training steps (the default run's all, ``domain.trained``) and one
     validation of ``batches`` batches of the domain's default run (on its stand-in data), in a
-    throw-away results folder."""
+    throw-away results folder; and, for ``domain.intermediate``, one validation of a short run
+    with those overrides."""
+    defaults = defaults_of(domain.data)
+    record = _timed_run(domain, defaults["max_steps"] - 1 if domain.trained else steps, batches)
+    intermediate = None
+    if domain.intermediate:
+        intermediate = _timed_run(domain, steps, batches, domain.intermediate)[
+            "validation_seconds"] / batches
+    return Share(domain.data, 1.0 / record["steps_per_sec"],
+                 record["validation_seconds"] / batches, domain.whole_split, **defaults,
+                 seconds_per_intermediate_batch=intermediate)
+
+
+def _timed_run(domain: Domain, steps: int, batches: int, extra: tuple[str, ...] = ()) -> dict:
+    """The record of ``steps`` + 1 training steps and one validation of ``batches`` batches."""
     from xformer_bench.config import choice_groups, compose_config
     from xformer_bench.run import execute
 
-    defaults = defaults_of(domain.data)
-    if domain.trained:
-        steps = defaults["max_steps"] - 1
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         overrides = [*(domain.stand_in or (f"data={domain.data}",)),
-                     *data_overrides(domain.generate, folder),
+                     *data_overrides(domain.generate, folder), *extra,
                      f"trainer.max_steps={steps + 1}", "trainer.val_checks=1",
                      f"trainer.limit_val_batches={batches}", "trainer.progress_bar=false",
                      "logger=none", f"paths.results_dir={folder / 'results'}",
                      f"paths.data_dir={folder / 'data'}"]
         config = compose_config(*overrides)
         choices = {g: config[g]["name"] for g in choice_groups() if "name" in config.get(g, {})}
-        record = execute(config, choices, overrides, folder / "run")
-    return Share(domain.data, 1.0 / record["steps_per_sec"],
-                 record["validation_seconds"] / batches, domain.whole_split, **defaults)
+        return execute(config, choices, overrides, folder / "run")
 
 
 def markdown(shares: list[Share], where: str) -> str:
@@ -172,12 +186,14 @@ def markdown(shares: list[Share], where: str) -> str:
     whole split at every validation against the share as configured (``data.val_subsample``)."""
     lines = [f"Validation share of each domain's default run, projected from measured step and "
              f"batch times ({where}):", "",
-             "| data | steps / validations | s / step | s / val batch | val batches | "
-             "subsample | share, whole split each time | share, as configured |",
+             "| data | steps / validations | s / step | s / val batch (before the last) | "
+             "val batches | subsample | share, whole split each time | share, as configured |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for s in shares:
+        before = ("" if s.seconds_per_intermediate_batch is None
+                  else f" ({s.seconds_per_intermediate_batch:.3f})")
         lines.append(f"| {s.domain} | {s.max_steps} / {s.val_checks} | {s.seconds_per_step:.3f} "
-                     f"| {s.seconds_per_batch:.3f} | {s.whole_split} | "
+                     f"| {s.seconds_per_batch:.3f}{before} | {s.whole_split} | "
                      f"{s.subsample or 'whole'} | {100 * s.share(None):.1f} % | "
                      f"{100 * s.share(s.subsample):.1f} % |")
     return "\n".join(lines) + "\n"

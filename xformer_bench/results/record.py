@@ -134,6 +134,8 @@ def unmeasured(record: dict[str, Any]) -> str | None:
     if spec is None:
         return "its task named no primary metric"
     for split, values in (("val", record.get("final")), ("test", record.get("test"))):
+        if split == "val" and (record.get("decoding") or {}).get("val") == "none":
+            continue  # translation with eval.val_bleu=never: BLEU at the test only
         value = (values or {}).get(spec.key(split))
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             what = "final validation" if split == "val" else "test"

@@ -17,6 +17,8 @@ EVAL = Node("how validation and test evaluate", keys={
     "beam": Int("translate: beam size at test", 1),
     "length_penalty": Float("translate: GNMT length penalty alpha", 0),
     "max_extra_len": Int("translate: most tokens generated beyond the source length", 0),
+    "val_bleu": Choice("translate: the validations that decode and score BLEU (the test "
+                       "always does)", ("last", "every", "never")),
 })
 
 PATHS = Node("where files live", keys={

@@ -2,11 +2,14 @@
 forcing (``optim.label_smoothing``, the paper's 0.1, section 5.4), and BLEU with sacreBLEU
 (Post 2018) on detokenised output against the raw references, its signature in the record.
 
-Evaluation decodes every sentence of the split: validation greedily (cheap, to follow
-training), test with beam search (``eval.beam``, the paper's 4, and the GNMT length penalty
+Evaluation decodes every sentence of the split: validation greedily
+(:mod:`~xformer_bench.models.greedy_search`), test with beam search (``eval.beam``, the paper's 4, and the GNMT length penalty
 ``eval.length_penalty`` = 0.6; at most ``eval.max_extra_len`` = 50 tokens beyond the source
 length, section 6.1, and within the model's ``data.seq_len`` positions).  Both also log the
-mean per-token cross-entropy of the references (``val/loss``, no smoothing).  The decoder
+mean per-token cross-entropy of the references (``val/loss``, no smoothing).  Validations
+before the last score that loss alone (``eval.val_bleu: last``, the default; ``every``, ``never``):
+decoding is sequential, and BLEU at every validation made WMT's default run 30 % validation
+(``results/bench/validation.md``); the last validation and the test decode and score BLEU.  The decoder
 continues each hypothesis from a key/value cache (one new position a step, the cache reordered
 with the beam) when its stack, position and self-attention allow
 (:func:`~xformer_bench.models.cached_decoding.cache_blocker`); otherwise it recomputes every
@@ -21,11 +24,14 @@ from sacrebleu.metrics import BLEU as SacreBLEU
 
 from xformer_bench.metric_spec import MetricSpec
 from xformer_bench.models.beam_search import beam_search
+from xformer_bench.models.greedy_search import greedy_search
 from xformer_bench.core.decode_cache import DecodeCache
 from xformer_bench.models.build import build_seq2seq
 from xformer_bench.models.cached_decoding import cache_blocker
 from xformer_bench.tasks import TASK
 from xformer_bench.tasks.base import Task
+from xformer_bench.training.trainer import validation_interval
+from xformer_bench.training.validation_subsample import last_validation_step
 
 BLEU = MetricSpec("bleu", "BLEU", higher_is_better=True, digits=2)
 
@@ -44,8 +50,10 @@ class TranslationTask(Task):
     metrics = (BLEU,)
 
     def __init__(self, model: torch.nn.Module, datamodule, optim: dict, max_steps: int,
-                 eval_options: dict):
+                 eval_options: dict, last_validation: int = 0):
         super().__init__(model, optim, max_steps)
+        self.last_validation = last_validation  # the optimizer step of the last validation
+        self.val_bleu = eval_options.get("val_bleu", "last")
         self.label_smoothing = float(optim.get("label_smoothing", 0.0))
         self.ids = {k: getattr(datamodule, f"{k}_id") for k in ("pad", "bos", "eos")}
         self.detokenise, self.references = datamodule.decode, datamodule.references
@@ -80,22 +88,37 @@ class TranslationTask(Task):
             return self.model.decode(new, encoded[rows], rows_padding,
                                      cache=cache)[:, -1].float()
 
+        limits = (lengths + self.max_extra_len).clamp(max=self.model.dims.seq_len - 1)  # positions
+        reorder = None if cache is None else cache.reorder
+        if beam == 1:  # the same tokens as beam_search at beam 1, vectorised
+            return greedy_search(next_log_probs, len(source), bos_id=self.ids["bos"],
+                                 eos_id=self.ids["eos"], max_len=limits, device=source.device,
+                                 reorder=reorder)
         return beam_search(next_log_probs, len(source), bos_id=self.ids["bos"],
-                           eos_id=self.ids["eos"], beam=beam,
-                           max_len=(lengths + self.max_extra_len).clamp(
-                               max=self.model.dims.seq_len - 1),  # within the positions
+                           eos_id=self.ids["eos"], beam=beam, max_len=limits,
                            length_penalty=self.length_penalty, device=source.device,
-                           reorder=None if cache is None else cache.reorder)
+                           reorder=reorder)
+
+    def decodes(self, split: str) -> bool:
+        """Whether this evaluation translates and scores BLEU: the test, and the validations
+        ``eval.val_bleu`` names (the last, every one, or none)."""
+        if split == "test" or self.val_bleu == "every":
+            return True
+        return self.val_bleu == "last" and self.trainer.global_step >= self.last_validation
 
     def _eval_step(self, batch, split: str) -> None:
         source, target, index = batch
         self.eval_nats.update(self._nats(batch, reduction="sum"))
         self.eval_count.update((target[:, 1:] != self.ids["pad"]).sum())
+        if not self.decodes(split):
+            return
         for i, ids in zip(index.tolist(), self.translate(source, self.beam[split])):
             self.hypotheses.append((i, self.detokenise(ids)))
 
     def _eval_end(self, split: str) -> None:
         self._split_loss(split)
+        if not self.decodes(split):
+            return
         found = dict(gather_objects(self.hypotheses))
         self.hypotheses = []
         references = self.references(split)
@@ -108,7 +131,9 @@ class TranslationTask(Task):
     def record_fields(self) -> dict:
         """What the run record adds: sacreBLEU's signature and the decoding protocol."""
         return {"bleu_signature": self.signature,
-                "decoding": {"val": "greedy", "test": f"beam {self.beam['test']}",
+                "decoding": {"val": {"last": "greedy, the last validation", "every": "greedy",
+                                     "never": "none"}[self.val_bleu],
+                             "test": f"beam {self.beam['test']}",
                              "length_penalty": self.length_penalty, "cache": self.cached,
                              "max_extra_len": self.max_extra_len}}
 
@@ -116,6 +141,9 @@ class TranslationTask(Task):
 @TASK.register("translate")
 def build(config: dict, datamodule: L.LightningDataModule) -> TranslationTask:
     """The encoder-decoder the config describes over the data's shared vocabulary."""
+    trainer = config["trainer"]
+    last = last_validation_step(trainer["max_steps"],
+                                validation_interval(trainer["max_steps"], trainer["val_checks"]))
     return TranslationTask(build_seq2seq(config, datamodule), datamodule, config["optim"],
-                           max_steps=config["trainer"]["max_steps"],
-                           eval_options=config.get("eval") or {})
+                           max_steps=trainer["max_steps"], eval_options=config.get("eval") or {},
+                           last_validation=last)
