@@ -27,6 +27,10 @@ On CPU, causal ``merged`` without a bias or key padding runs as fused kernel cal
 about 512 queries against the summary columns of the rows before theirs (:func:`summary_calls`),
 so only causal pairs are scored (up to a staircase within a chunk) and no scores are stored:
 1.03x full attention's step memory (the gathered summary columns; the README's table).
+Not efficient at every length: at l = 128, c = 32 a query attends its row and a quarter of the
+positions before it, 27 % of full attention's causal pairs at T = 4096, so no kernel can save
+more than 73 % of full attention's time in the training step there (measured: 64 %, 69 % at
+8192; results/bench/attention_step.md); ``stride=auto`` is the sub-quadratic setting.
 
 torch.compile: one graph on the fused path (tests/test_compile.py); the general path is not
 (the factorised layout, as axial).
