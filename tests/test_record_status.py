@@ -38,6 +38,15 @@ def test_what_a_run_did_not_measure_is_named(changes, reason):
     assert reason in records.unmeasured(_measured(**changes))
 
 
+def test_a_translation_that_decodes_at_the_test_only_needs_no_validation_bleu():
+    from xformer_bench.tasks.translate import BLEU
+
+    bleu = records.task_fields("translate", [BLEU], "tokens")
+    decoded = _measured(**bleu, final={"val/loss": 3.0}, test={"test/bleu": 20.0})
+    assert "final validation bleu is missing" in records.unmeasured(decoded)
+    assert records.unmeasured(decoded | {"decoding": {"val": "none"}}) is None  # val_bleu=never
+
+
 def test_runs_that_measured_nothing_are_failed_and_never_averaged(tmp_path):
     """Two ways past the preflight (run in-process, unchecked) to measure nothing: no optimiser
     step (gradients accumulated over zero batches), no validation (none of its batches)."""
