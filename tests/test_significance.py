@@ -142,6 +142,8 @@ def test_a_difference_below_the_noise_floor_is_neither_marked_nor_bold():
     text = markdown.render(table)
     assert "Holm-Bonferroni corrected over the 1 rows compared" in text
     assert "noise floor: Test bpb 0.1)" in text
+    one_seed = Table("x", (column,), tuple(marked), "Text", baseline="Base", comparisons=1)
+    assert "noise floor: not measured, fewer than two baseline seeds)" in markdown.render(one_seed)
 
 
 def test_the_csv_keeps_each_metrics_uncorrected_p_value():

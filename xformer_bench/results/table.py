@@ -110,7 +110,8 @@ def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") ->
               f"over seeds, Holm-Bonferroni corrected over the {table.comparisons} rows compared "
               f"per metric (family-wise p < {ALPHA}); a difference below the baseline's "
               "seed-to-seed std (the noise floor: "
-              + ", ".join(f"{title} {std:.3g}" for title, std in table.noise_floor)
+              + (", ".join(f"{title} {std:.3g}" for title, std in table.noise_floor)
+                 or "not measured, fewer than two baseline seeds")
               + ") is never marked nor bold." if table.baseline else "")
     untestable = [f"{row.label} ({column.title})" for row in table.rows
                   for column, cell in zip(table.columns, row.cells) if cell.untestable]
