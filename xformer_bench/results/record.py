@@ -47,7 +47,7 @@ IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False,
               "pool": "cls", "patch_size": 4, "tie_encoder_embedding": True},
     "eval": {"stride": None, "beam": 4, "length_penalty": 0.6, "max_extra_len": 50,
-             "tgt_len": None, "lanes": None, "warm": False},
+             "tgt_len": None, "lanes": None, "warm": False, "val_bleu": "last"},
     "optim": {"label_smoothing": 0.1},
     "stack": {"name": "standard", "label": "Standard stack"},
     "embedding": {"name": "lookup", "label": "Lookup embedding"},
