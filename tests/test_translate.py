@@ -54,16 +54,22 @@ class WordMappedData(ExampleDataModule):
         return [self.decode([w + WORDS for w in s]) for s in self.eval_splits[split].sources]
 
 
-def test_bleu_rises_from_nothing_on_a_word_mapped_language():
+def _model_and_optim(data, width: int, layers: int, **optim) -> tuple[EncoderDecoder, dict]:
+    """A seeded encoder-decoder of ``width`` and ``layers`` over ``data``'s vocabulary, and the
+    optimiser options (``optim`` over the defaults here)."""
     torch.manual_seed(0)
-    data = WordMappedData()
-    dims = ModelDims(d_model=32, n_heads=2, n_layers=2, d_ff=64, seq_len=16,
+    dims = ModelDims(d_model=width, n_heads=2, n_layers=layers, d_ff=2 * width, seq_len=16,
                      vocab_size=data.vocab_size)
     model = EncoderDecoder(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
                            {"name": "learned"}, {"name": "dense"}, {"name": "standard"},
                            pad_id=PAD)
-    optim = dict(lr=3e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0, warmup_steps=10,
-                 decay="cosine", min_lr_ratio=0.1, label_smoothing=0.1)
+    return model, dict(betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0, decay="cosine",
+                       min_lr_ratio=0.1, label_smoothing=0.1) | optim
+
+
+def test_bleu_rises_from_nothing_on_a_word_mapped_language():
+    data = WordMappedData()
+    model, optim = _model_and_optim(data, 32, 2, lr=3e-3, warmup_steps=10)
     task = TranslationTask(model, data, optim, max_steps=250,
                            eval_options={"beam": 3, "length_penalty": 0.6, "max_extra_len": 5})
     trainer = L.Trainer(max_steps=250, logger=False, enable_checkpointing=False,
@@ -83,15 +89,8 @@ def test_validations_before_the_last_score_the_loss_alone_and_the_last_decodes()
     """eval.val_bleu: last (the default) -- BLEU at the last validation and the test only;
     every -- at each validation."""
     for val_bleu, decoded in (("last", [False, True]), ("every", [True, True])):
-        torch.manual_seed(0)
         data = WordMappedData()
-        dims = ModelDims(d_model=16, n_heads=2, n_layers=1, d_ff=32, seq_len=16,
-                         vocab_size=data.vocab_size)
-        model = EncoderDecoder(dims, {"name": "full"}, {"name": "layernorm"}, {"name": "gelu"},
-                               {"name": "learned"}, {"name": "dense"}, {"name": "standard"},
-                               pad_id=PAD)
-        optim = dict(lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0, warmup_steps=1,
-                     decay="cosine", min_lr_ratio=0.1, label_smoothing=0.1)
+        model, optim = _model_and_optim(data, 16, 1, lr=1e-3, warmup_steps=1)
         task = TranslationTask(model, data, optim, max_steps=4, last_validation=4,
                                eval_options={"max_extra_len": 2, "val_bleu": val_bleu})
         seen = []
