@@ -43,11 +43,13 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     from xformer_bench.errors import XbenchError
     from xformer_bench.hardware import resolve_precision
     from xformer_bench.models.param_match import describe, match_params
+    from xformer_bench.option_settings import apply_option_settings
     from xformer_bench.results.record import results_path, run_identity
     from xformer_bench.run_claim import claimed, holder_of
     from xformer_bench.schema import check_folders, check_inputs
 
     try:  # each job of a sweep: its own preset and data, its own folders (preflight: the first)
+        config = apply_option_settings(config, overrides)  # a study's setting for this option
         check_inputs(config)
         check_folders(config)
         config = match_params(config, overrides)  # before the skip: d_ff is part of the run

@@ -31,14 +31,16 @@ STATUSES = ("finished", "diverged", "failed", "interrupted")
 finished runs only."""
 IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline", "sweep",
                      "match_params", "allowed_differences", "controls", "ladders", "ladder",
-                     "param_budget", "reference", "rows_from", "scaled_rows", "paper_row")
+                     "param_budget", "reference", "rows_from", "scaled_rows", "paper_row",
+                     "option_settings")
 """Keys that do not change what a run computes: where files go, how it is logged, and a study's
 declarations (its sweep list, its baseline row, its parameter-matching request: the widths the
 match solves are in ``model`` and count there; the differences from the baseline it accepts;
 the rows it declares controls; its ablation ladders, and the ladder rung a run was made for:
 a rung two ladders share, or a study's row, is one run; its parameter budget; the published
 table it is set beside, the table its rows come from, their overrides at its scale, and the
-paper row a run was made for: the row's overrides are in the run's own config)."""
+paper row a run was made for: the row's overrides are in the run's own config; the settings it
+gives one option of a group: those are in that option's config)."""
 
 DESCRIPTIVE_ONLY = frozenset({"family"})
 """Option keys that describe an option and were added after records existed: never hashed."""

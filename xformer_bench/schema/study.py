@@ -27,6 +27,8 @@ STUDY = {
     "reference": Choice("the published table set beside the study's", PUBLISHED, null="none"),
     "rows_from": Choice("the published table whose rows the study runs", PUBLISHED,
                         null="none"),
+    "option_settings": Mapping("a study's keys for one option of a swept group, "
+                               "{GROUP: {OPTION: {KEY: VALUE}}}", null="none"),
     "scaled_rows": Mapping("a published row's overrides at this scale, {LABEL: [OVERRIDE]}",
                            null="none"),
 }
