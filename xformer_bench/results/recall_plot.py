@@ -66,6 +66,8 @@ def recall_points(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, list
 def plot_recall_vs_state(experiment: str, records: Iterable[dict[str, Any]],
                          base: Path) -> list[Path]:
     """``<base>_recall_state.{png,pdf}``; nothing when no record has both measures."""
+    from matplotlib.ticker import NullFormatter
+
     from xformer_bench.results.plots import _figure, _legend, _save, style
 
     panels = recall_points(records)
@@ -81,6 +83,7 @@ def plot_recall_vs_state(experiment: str, records: Iterable[dict[str, Any]],
             axes.errorbar(x, 100 * mean, yerr=100 * np.stack([mean - low, high - mean]),
                           label=mixer, capsize=3, markersize=4, **look)
         axes.set_xscale("log")
+        axes.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: no overlap
         axes.set(title=f"{experiment} - {panel}", xlabel="state per layer (bytes, fp32)",
                  ylabel=ACCURACY.title, ylim=(-2, 102))
         axes.grid(True, which="both", alpha=0.3)
