@@ -13,11 +13,7 @@ import copy
 from typing import Any
 
 from xformer_bench.errors import ConfigError
-
-
-def _given_on_command_line(overrides: list[str], group: str, key: str) -> bool:
-    dotted = f"{group}.{key}"
-    return any(o.lstrip("+~").split("=", 1)[0] == dotted for o in overrides)
+from xformer_bench.paper_rows import key_of
 
 
 def apply_option_settings(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -26,6 +22,7 @@ def apply_option_settings(config: dict[str, Any], overrides: list[str]) -> dict[
     declared = config.get("option_settings") or {}
     if not declared:
         return config
+    given = {key_of(o) for o in overrides}  # the command line's keys: they win
     settled = copy.deepcopy(config)
     for group, by_option in declared.items():
         chosen = settled.get(group)
@@ -38,6 +35,6 @@ def apply_option_settings(config: dict[str, Any], overrides: list[str]) -> dict[
                 raise ConfigError(f"option_settings.{group}.{chosen['name']}.{key}: "
                                   f"{group}={chosen['name']} has no key {key!r} (its keys: "
                                   f"{keys})")
-            if not _given_on_command_line(overrides, group, key):
+            if f"{group}.{key}" not in given:
                 chosen[key] = value
     return settled
