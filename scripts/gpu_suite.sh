@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The GPU measurements of issue 25, in one command, each stage under its own time limit so a
-# slow or failing stage costs only itself:
-#     bash scripts/gpu_suite.sh OUT_DIR            # on a CUDA machine (under 10 minutes)
-#     SMOKE=1 bash scripts/gpu_suite.sh /tmp/gpu   # the same stages, tiny, on a CPU
-# Stages: the training race compiled (floor, then xbench: MFU) and eager (floor, xbench,
-# x-transformers); the attention cost sweep on CUDA (bf16, causal, 1K-16K, against SDPA's
-# FlashAttention as `full`); FlexAttention against the hand-written patterns (forward and
-# backward); the CUDA tests.  Everything lands in OUT_DIR, and OUT_DIR/gpu_suite.tar.gz after
-# each stage.
+# The GPU measurements of issues 24 and 25, each stage under its own time limit so a slow or
+# failing stage costs only itself:
+#     bash scripts/gpu_suite.sh OUT_DIR                        # every stage (about 16 minutes)
+#     STAGES="fla_tests mixers" bash scripts/gpu_suite.sh OUT  # only those (fits one 10-min call)
+#     SMOKE=1 bash scripts/gpu_suite.sh /tmp/gpu               # the same stages, tiny, on a CPU
+# Stages (issue 25): race_compiled (floor, then xbench: MFU), attention_cuda (every option's
+# hand-written kernel, bf16, causal, 1K-16K, against SDPA's FlashAttention as `full`), flex
+# (FlexAttention against the hand-written patterns), cuda_tests, race_eager (floor, xbench,
+# x-transformers).  Issue 24: fla_tests (xbench's chunked engines against fla's kernels),
+# mixers (the recurrent mixers' cost with fla's kernels, then with XBENCH_FLA=0 their PyTorch
+# chunked form on the same GPU), decode (tokens/s of cached decoding against tokens generated).
+# Everything lands in OUT_DIR, and OUT_DIR/gpu_suite.tar.gz after each stage.
 set -u
 out=${1:?usage: gpu_suite.sh OUT_DIR}
 mkdir -p "$out/r"
@@ -15,14 +18,17 @@ log="$out/r/suite.log"
 export PYTHONUNBUFFERED=1
 if [ "${SMOKE:-0}" = 1 ]; then
   size=default; lengths="256 512"; device=cpu; precision=32-true; steps=3; flex_len=256
-  train_dtype=fp32
+  train_dtype=fp32; decode_lengths="64 128"
 else
   size=d1024-L12; lengths="1024 2048 4096 8192 16384"; device=cuda; precision=bf16-mixed
   steps=20; flex_len="4096 16384"; train_dtype=bf16
+  decode_lengths="1024 2048 4096 8192"
 fi
 
-stage() {  # stage NAME SECONDS COMMAND...
+stages=${STAGES:-race_compiled attention_cuda flex cuda_tests race_eager fla_tests mixers decode}
+stage() {  # stage NAME SECONDS COMMAND...; runs when STAGES names NAME or its prefix
   local name=$1 limit=$2; shift 2
+  case " $stages " in *" $name "*|*" ${name%%_*} "*|*" ${name%_*} "*) ;; *) return 0 ;; esac
   echo "=== $name (limit ${limit}s) $(date -u +%T)" | tee -a "$log"
   local started=$SECONDS
   timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
@@ -51,5 +57,16 @@ tests=$(ls tests/test_gpu_path.py tests/test_bench_train.py tests/test_ddp.py 2>
 [ "${FLEX:-1}" = 1 ] && tests="$tests $(ls tests/test_flex_attention.py 2>/dev/null)"
 stage cuda_tests 35 python3 -m pytest -v -p no:cacheprovider -rs $tests
 stage race_eager 70 $race --out "$out/r/train_eager"
+# issue 24: fla's kernels (carried as wheels on a machine without them) against xbench's engines
+stage fla_tests 100 python3 -m pytest -v -p no:cacheprovider -rs -k "cuda or fla or gpu" \
+  tests/test_mixer_gated_linear.py tests/test_mixer_delta_rule.py
+mixers="full linear performer s4d hyena retnet gla mamba2 deltanet gated_deltanet"
+stage mixers_fla 100 python3 scripts/bench_attention.py --device $device --dtype $train_dtype \
+  --attention $mixers --lengths $lengths --repeats 3 --cap-seconds 1 --out "$out/r/mixers_fla"
+XBENCH_FLA=0 stage mixers_torch 100 python3 scripts/bench_attention.py --device $device \
+  --dtype $train_dtype --attention full retnet gla mamba2 deltanet gated_deltanet \
+  --lengths $lengths --repeats 3 --cap-seconds 1 --out "$out/r/mixers_torch"
+stage decode 100 python3 scripts/bench_decode.py --device $device --dtype $train_dtype \
+  --attention full mamba2 gated_deltanet gla --lengths $decode_lengths --out "$out/r/decode"
 echo "done $(date -u +%T)" | tee -a "$log"
 tar -czf "$out/gpu_suite.tar.gz" -C "$out" r

@@ -42,6 +42,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from xformer_bench.attention._ops.fla_kernels import fla_available, use_fla  # noqa: F401
+
 BACKENDS = ("auto", "torch", "fla")
 
 
@@ -59,7 +61,7 @@ def delta_rule(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (B, H, T, Dv) in v's dtype, (B, H, Dk, Dv) float32
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "fla" or (backend == "auto" and q.is_cuda and fla_available()):
+    if backend == "fla" or (backend == "auto" and use_fla(q, gated=log_alpha is not None)):
         return _fla(q, k, v, beta, log_alpha, scale, initial_state)
     with torch.autocast(v.device.type, enabled=False):
         args = [None if x is None else x.float() for x in (q, k, v, beta, log_alpha,
@@ -161,15 +163,6 @@ def unit_lower_inverse(a: torch.Tensor) -> torch.Tensor:
                              torch.cat([corner, x2], -1)], -2)  # (..., n, 2s, 2s)
         s *= 2
     return inverse.squeeze(-3)[..., :c, :c]
-
-
-def fla_available() -> bool:
-    """Whether flash-linear-attention imports (never needed on a CPU)."""
-    try:
-        import fla.ops  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _fla(q, k, v, beta, log_alpha, scale, initial_state):

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xformer_bench.attention._ops.feature_maps import full_precision
+from xformer_bench.attention._ops.fla_kernels import use_fla
 
 
 def gated_linear(
@@ -71,7 +72,8 @@ def gated_linear(
         g = g.expand(*k.shape[:3], g.shape[-1]).masked_fill(pad, 0.0)
     if keep_state and q.shape[-2] == 1:
         return gated_linear_step(q, k, v, g, state, scale=scale)
-    if q.is_cuda and _fla() is not None:
+    per_position = g.shape[-1] == 1 and (g.shape[0] > 1 or g.shape[2] > 1)  # scalar, per step
+    if use_fla(q, gated=per_position):
         return fla_gated_linear(q, k, v, g, scale=scale, state=state, keep_state=keep_state)
     return chunked_gated_linear(q, k, v, g, scale=scale, chunk=chunk, state=state)
 
