@@ -95,8 +95,10 @@ def cache_bytes(cache: DecodeCache | None) -> int:
 
 
 def decode_points(model: nn.Module, name: str, lengths: list[int], shape: DecodeShape,
-                  device: torch.device) -> list[DecodePoint]:
-    """Greedy decoding from one token to ``max(lengths)``, measured at each length."""
+                  device: torch.device, progress: Callable[[DecodePoint], None] = lambda p: None
+                  ) -> list[DecodePoint]:
+    """Greedy decoding from one token to ``max(lengths)``, measured at each length (each
+    point shown to ``progress`` as it is measured)."""
     lengths = sorted(lengths)
     state = decode_states(model)
     decoder = Decoder(model, window=lengths[-1] + 1)
@@ -128,6 +130,7 @@ def decode_points(model: nn.Module, name: str, lengths: list[int], shape: Decode
         peak = peak_bytes(step, device)  # one step more, untimed
         points.append(DecodePoint(name, length, 1e3 * seconds, held / MB, peak / MB,
                                   decode_state=state))
+        progress(points[-1])
     return points
 
 
@@ -148,16 +151,16 @@ def sweep(names: Iterable[str], lengths: list[int], shape: DecodeShape, device: 
     check_lengths(lengths, shape.timed)
     results = []
     for name in names:
+        def show(p: DecodePoint) -> None:
+            progress(f"{name:>14} L={p.length:>6}: {p.ms_per_token:8.2f} ms/token, "
+                     f"cache {p.cache_mb:9.3f} MB, step {p.step_mb:8.3f} MB")
+
         try:
             points = decode_points(build(name, shape, max(lengths) + 2, device), name, lengths,
-                                   shape, device)
+                                   shape, device, show)
         except (ValueError, RuntimeError) as error:  # ConfigError is a ValueError
             text = (str(error).splitlines() or [type(error).__name__])[0][:60]
             points = [DecodePoint(name, n, status=f"error ({text})") for n in sorted(lengths)]
-        for p in points:
-            if p.status == "ok":
-                progress(f"{name:>14} L={p.length:>6}: {p.ms_per_token:8.2f} ms/token, "
-                         f"cache {p.cache_mb:9.3f} MB, step {p.step_mb:8.3f} MB")
         results += points
         if device.type == "cuda":
             torch.cuda.empty_cache()
