@@ -7,6 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 ARGS       ?=
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.xbench-installed
+TEST_WORKERS ?= 2
 
 .PHONY: help install run test test-full study table time-rows clean
 
@@ -25,11 +26,11 @@ $(STAMP): pyproject.toml Makefile
 run: install  ## train the default experiment (offline, ~2 min on a laptop CPU); ARGS="key=value ..."
 	$(BIN)/xbench $(ARGS)
 
-test: install  ## the test suite (CPU, offline, < 10 min)
-	$(BIN)/python -m pytest -q
+test: install  ## the test suite (CPU, offline, < 10 min: two workers, one test file each at a time)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-full: install  ## every test, slow ones included
-	$(BIN)/python -m pytest -q -m ""
+	$(BIN)/python -m pytest -q -m "" -n $(TEST_WORKERS) --dist loadfile
 
 study: install  ## a whole study: make study EXPERIMENT=narang_activations (finished runs are skipped)
 	$(BIN)/xbench -m experiment=$(EXPERIMENT) $(ARGS)

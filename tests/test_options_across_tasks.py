@@ -76,7 +76,8 @@ def test_an_option_trains_two_steps_in_each_assembly_or_is_refused_in_one_line(g
 
 
 def test_most_options_apply_to_every_assembly():
-    """Run after the sweep above (same module): refusals stay the exception."""
+    """Run after the sweep above (same module; make test's --dist loadfile keeps a file on one
+    worker): refusals stay the exception."""
     if len(TRAINED) < 3:
         pytest.skip("the sweep did not run in this session")
     assert all(n >= 0.8 * len(OPTIONS) for n in TRAINED.values()), TRAINED
