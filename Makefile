@@ -35,9 +35,10 @@ test-full: install  ## every test, slow ones included
 study: install  ## a whole study: make study EXPERIMENT=narang_activations (finished runs are skipped)
 	$(BIN)/xbench -m experiment=$(EXPERIMENT) $(ARGS)
 
+table: TABLE_RESULTS := results
 table: install  ## results/ -> tables + plots in results/tables/; each shipped reference's records -> its tables
-	$(BIN)/python -m xformer_bench.results --results-dir results --out results/tables || true
-	@for records in results/reference/*/records; do [ -d "$$records" ] || continue; \
+	$(BIN)/python -m xformer_bench.results --results-dir $(TABLE_RESULTS) --out $(TABLE_RESULTS)/tables --allow-empty
+	@for records in $(TABLE_RESULTS)/reference/*/records; do [ -d "$$records" ] || continue; \
 	  if [ -f "$${records%/records}/INCOMPLETE" ]; then \
 	    echo "skip $${records%/records}: $$(head -1 $${records%/records}/INCOMPLETE)"; continue; fi; \
 	  echo "$$records -> $${records%/records}"; \

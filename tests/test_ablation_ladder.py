@@ -104,9 +104,10 @@ def _record(overrides, seed, bpb, tag):
                choices={g: config[g]["name"] for g in choice_groups()
                         if "name" in (config.get(g) or {})},
                params=826_000, flops_per_step=1e9, steps_per_sec=5.0, early={"val/loss": 2.6},
-               final={"val/loss": 2.1}, test={"test/bpb": bpb}, task="lm",
+               final={"val/loss": 2.1, "val/bpb": bpb}, test={"test/bpb": bpb}, task="lm",
                metrics=[{"name": "bpb", "title": "bpb", "higher_is_better": False, "digits": 3}],
-               primary_metric="bpb", eval_unit="bytes", eval_counts={}, steps=300, config=config,
+               primary_metric="bpb", eval_unit="bytes", eval_counts={},
+               steps=config["trainer"]["max_steps"], config=config,
                eval_protocol={"windows": "streams" if config["eval"]["lanes"] else "windows"})
     return rec
 

@@ -33,8 +33,9 @@ CASES = [
 
 def patterns(name: str, kwargs: dict, l: int, i: torch.Tensor, j: torch.Tensor):
     """(A1, A2) of the papers, as boolean masks over query positions i and key positions j."""
-    if name == "strided":  # Child et al. 2019, §4.3 (A1 with the reference code's l keys)
-        return (i - j >= 0) & (i - j < l), (j <= i) & ((i - j) % l == 0)
+    if name == "strided":  # Child et al. 2019, §4.3 (A1 with the reference code's l keys),
+        # mirrored when bidirectional (dense_mask keeps j <= i when causal)
+        return (i - j).abs() < l, (i - j) % l == 0
     if name == "fixed":
         c = min(kwargs["summary"], l)  # stride auto: c at most the row
         return i // l == j // l, j % l >= l - c
@@ -131,12 +132,23 @@ def test_merged_counts_the_shared_key_once():
                                atol=1e-5, rtol=1e-5)
 
 
-def test_strided_is_causal_only():
-    layer_kernel = kernel("strided", {"stride": 4}, "merged")
-    assert "bidirectional" not in layer_kernel.provides and "causal" in layer_kernel.provides
-    q, k, v, _ = inputs(4, 8, 8, seed=6)
-    with pytest.raises(ValueError, match="causal only"):
-        layer_kernel(q, k, v, causal=False)
+def test_bidirectional_strided_is_the_causal_pattern_mirrored():
+    """Each query's keys both ways are its causal keys and their reflection through the query:
+    the pairs a bidirectional strided layer attends (its output's gradient reaching a key) at
+    T = 13, l = 4, written out for query 5: the row band 2..8 and its column 1, 9."""
+    layer_kernel = kernel("strided", {"stride": 4}, "merged", heads=1)
+    assert {"causal", "bidirectional"} <= layer_kernel.provides
+    q, k, v, _ = inputs(1, 13, 13, seed=6)
+    k.requires_grad_()
+    attended = []
+    for i in range(13):
+        (grad,) = torch.autograd.grad(layer_kernel(q, k, v, causal=False)[0, 0, i].sum(), k)
+        attended.append(grad[0, 0].abs().sum(-1) > 0)
+    attended = torch.stack(attended)  # (T, S): key j influenced query i's output
+    assert attended[5].nonzero().flatten().tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    i, j = torch.arange(13)[:, None], torch.arange(13)[None]
+    causal = ((i - j).abs() < 4) | ((i - j) % 4 == 0)
+    assert torch.equal(attended, (causal & (j <= i)) | (causal & (j <= i)).T)
 
 
 @pytest.mark.parametrize(("name", "kwargs", "message"), [

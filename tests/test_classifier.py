@@ -72,7 +72,7 @@ def test_padding_appended_leaves_the_prediction_unchanged(pool):
 
 def test_an_encoder_refuses_attention_without_a_bidirectional_form():
     with pytest.raises(ConfigError, match="an encoder .*needs bidirectional"):
-        _classifier("cls", attention="strided")
+        _classifier("cls", attention="retnet")
 
 
 def test_head_starts_at_zero_so_training_starts_from_the_uniform_prediction():

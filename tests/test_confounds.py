@@ -51,18 +51,20 @@ def record(model, seed=0, experiment="systems_fixture"):
     config["model"] = {"name": model, "label": label, "d_model": 128, "n_layers": 4,
                        "d_ff": 512 if model == "vanilla" else 540, **extras}
     config["stack"].update({"mem_len": None} if choices["stack"] != "standard" else {})
-    config["data"].update(seq_len=128, path=f"/data/{seed}.txt")  # a path is plumbing
+    config["data"].update(seq_len=128, path=f"/data/{model}.txt")  # a path is plumbing
     config.update(seed=seed, experiment_name=experiment, optim={"lr": 3e-3},
                   eval={"lanes": protocol.get("lanes"), "warm": bool(protocol.get("warmup"))},
                   match_params={"reference": {"model": "vanilla"}, "tolerance": 0.05},
                   sweep={"model": list(SYSTEMS), "seed": [0, 1]},
                   paths={"results_dir": "results"}, trainer={"name": "default",
-                                                             "progress_bar": seed == 0})
+                                                             "progress_bar": seed == 0,
+                                                             "max_steps": 300})
     rec = dict.fromkeys(REQUIRED_KEYS)
     rec.update(schema=2, run_id=f"{model}_s{seed}", experiment=experiment, status="finished",
                choices=choices, overrides=[f"model={model}", f"seed={seed}"], seed=seed,
                params=params, flops_per_step=1e9, steps_per_sec=5.0, early={"val/loss": 2.6},
-               final={"val/loss": 2.1 + 0.01 * seed}, test={"test/bpb": 3.1 + 0.01 * seed},
+               final={"val/loss": 2.1 + 0.01 * seed, "val/bpb": 3.0 + 0.01 * seed},
+               test={"test/bpb": 3.1 + 0.01 * seed},
                task="lm", metrics=[{"name": "bpb", "title": "bpb", "higher_is_better": False,
                                     "digits": 3}],
                primary_metric="bpb", eval_unit="bytes", eval_counts={}, steps=300,
@@ -158,10 +160,10 @@ def test_the_csv_has_the_protocol_and_every_difference(tmp_path, monkeypatch):
 
 def test_an_override_that_is_not_the_rows_name_is_a_confound(tmp_path, monkeypatch):
     results = write_study(tmp_path, monkeypatch, ("vanilla", "deep_narrow"))
-    path = results / "systems_fixture" / "deep_narrow_s0.json"
-    changed = json.loads(path.read_text())
-    changed["config"]["optim"]["lr"] = 1e-3  # one seed: its row's runs are compared by seed 0
-    path.write_text(json.dumps(changed))
+    for path in (results / "systems_fixture").glob("deep_narrow_s*.json"):  # the whole row
+        changed = json.loads(path.read_text())
+        changed["config"]["optim"]["lr"] = 1e-3
+        path.write_text(json.dumps(changed))
     row = next(r for r in table_of(results).rows if r.label == "Deep-narrow")
     assert [d.text for d in row.differences] == ["optim.lr=0.001"]
 

@@ -66,7 +66,7 @@ def test_listops_trains_an_encoder_over_padded_expressions(tmp_path):
 
 
 @pytest.mark.parametrize("overrides,words", [
-    (("data=listops", "attention=strided"), "an encoder over padded inputs needs bidirectional"),
+    (("data=listops", "attention=retnet"), "an encoder over padded inputs needs bidirectional"),
     (("data=listops", "stack=recurrent"), "independent examples"),
     (("data=copy", "data.length=8", "data.seq_len=16", "attention=linformer"), "needs causal"),
 ])

@@ -64,8 +64,7 @@ class Case:
 def _cases() -> list[Case]:
     cases = []
     for name in PATTERNS:
-        directions = (True,) if name == "strided" else (True, False)
-        for causal in directions:
+        for causal in (True, False):
             n = BOUNDARY_SEQ_LEN
             cases.append(Case(name, BOUNDARY_KWARGS[name], n, n, causal))
             cases.append(Case(name, LONG_KWARGS[name], LONG, LONG, causal))
@@ -75,6 +74,8 @@ def _cases() -> list[Case]:
         for mode, layer in (("interleaved", 0), ("interleaved", 1), ("multihead", 0)):
             cases.append(Case(name, {**BOUNDARY_KWARGS[name], "mode": mode}, BOUNDARY_SEQ_LEN,
                               BOUNDARY_SEQ_LEN, True, layer=layer, heads=3))
+    cases.append(Case("strided", {**BOUNDARY_KWARGS["strided"], "mode": "multihead"},
+                      BOUNDARY_SEQ_LEN, BOUNDARY_SEQ_LEN, False, heads=3))
     cases.append(Case("fixed", {"stride": "auto", "summary": 2}, 30, 30, False))
     return cases
 

@@ -29,7 +29,7 @@ GLOBAL_PACKAGES = ("model", "modification")
 
 @pytest.fixture(scope="module")
 def base() -> dict[str, Any]:
-    return compose_config()
+    return compose_config("stack=recurrent")  # a stack with memory: every eval.* key is read
 
 
 def option_node(group: str, option: str, base: dict[str, Any]) -> dict[str, Any]:

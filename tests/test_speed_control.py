@@ -15,6 +15,7 @@ import pytest
 
 from conftest import TINY_RUN, choice_groups, compose_config, run_tiny
 from xformer_bench.bench.row_timing import main as time_rows_main
+from xformer_bench.metric_spec import BITS_PER
 from xformer_bench.results import record as records
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.columns import PERTURBED, WIDE_SPREAD
@@ -84,7 +85,10 @@ def _record(results: Path, activation: str, seed: int, steps_per_sec: float,
     config = compose_config(*overrides)
     choices = {g: config[g]["name"] for g in choice_groups() if "name" in config.get(g, {})}
     record = records.new_record(config, choices, list(overrides), results / "run")
-    record.update(status="finished", steps_per_sec=steps_per_sec, params=1000)
+    record.update(status="finished", steps_per_sec=steps_per_sec, params=1000,
+                  steps=config["trainer"]["max_steps"], final={"val/bpb": 2.0},
+                  test={"test/bpb": 2.1}, **records.task_fields("lm", [BITS_PER["bytes"]],
+                                                                 "bytes"))
     if alone is not None:
         record["timing_conditions"] = {"alone": alone}
     return record

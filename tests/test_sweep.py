@@ -43,7 +43,7 @@ def test_an_experiment_declares_its_sweep_and_the_command_line_still_overrides_i
 def test_a_diverging_job_does_not_sink_the_sweep(tmp_path):
     result = _xbench("-m", "experiment=smoke", "seed=0", "activation=relu", "optim.lr=1e-3,inf",
                      "trainer.gradient_clip_val=0", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 1, result.stderr[-2000:]  # the sweep went on, then reported
     done = _records(tmp_path / "results" / "smoke")
     status = {r["config"]["optim"]["lr"]: r["status"] for r in done.values()}
     assert status == {1e-3: "finished", float("inf"): "diverged"}
@@ -51,6 +51,9 @@ def test_a_diverging_job_does_not_sink_the_sweep(tmp_path):
     diverged = next(name for name, r in done.items() if r["status"] == "diverged")
     assert "training loss is nan" in error
     assert f"recorded as diverged: results/smoke/{diverged}" in error
+    summary = result.stderr[result.stderr.index("[xbench] sweep:"):]
+    assert "2 of 2 jobs" in summary and "1 finished, 1 failed" in summary
+    assert "job 2 failed: optim.lr=inf -- training loss is nan" in summary
 
 
 def test_a_failing_single_run_exits_non_zero_with_one_error_line(tmp_path, capsys):
@@ -63,13 +66,20 @@ def test_a_failing_single_run_exits_non_zero_with_one_error_line(tmp_path, capsy
     assert "Traceback" not in stderr
 
 
-def test_any_exception_in_a_sweep_is_recorded_reported_and_logged(tmp_path, capsys):
-    config, choices, overrides, run_dir = _job(tmp_path, "trainer.precision=bogus")
+def test_any_exception_in_a_sweep_is_recorded_reported_and_logged(tmp_path, capsys,
+                                                                  monkeypatch):
+    import lightning
+
+    def broken_test(*args, **kwargs):
+        raise ValueError("the test split broke")
+
+    monkeypatch.setattr(lightning.Trainer, "test", broken_test)  # after training: unexpected
+    config, choices, overrides, run_dir = _job(tmp_path)
     assert run_job(config, choices, overrides, run_dir, multirun=True) is None  # sweep goes on
     [error] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     [path] = (tmp_path / "results" / "default").glob("*.json")
     assert records.load(path)["status"] == "failed"
-    assert error.startswith("error: ValueError: Precision 'bogus' is invalid")
+    assert error.startswith("error: ValueError: the test split broke")
     assert f"recorded as failed: {path}" in error and f"traceback: {run_dir / 'error.log'}" in error
     assert "Traceback (most recent call last)" in (run_dir / "error.log").read_text()
 
@@ -82,7 +92,7 @@ def test_skip_completed_skips_finished_runs_only(tmp_path, capsys):
     capsys.readouterr()
 
     run_job(config, choices, overrides, tmp_path / "again", multirun=False)
-    assert capsys.readouterr().out == f"[xbench] skip {path.stem}: already finished\n"
+    assert capsys.readouterr().out == f"[xbench] skip {path.stem}: already finished ({path})\n"
     assert path.stat().st_mtime_ns == first and not (tmp_path / "again").exists()
 
     records.write_json_atomic(path, records.load(path) | {"status": "diverged"})

@@ -1,7 +1,7 @@
 """Run records -> tables and plots (``make table``), on the records in tests/fixtures/records.
 
 fixture_activations: ReLU (seed 2 diverged), GeLU (3 seeds, plus a stale copy of seed 0),
-SwiGLU (1 seed, no test metric), GeGLU (2 diverged + 1 failed), a corrupt and a partial file.
+SwiGLU (1 seed, no FLOP count), GeGLU (2 diverged + 1 failed), a corrupt and a partial file.
 fixture_positions: two positions on synthetic (learned: seed 1 interrupted) and enwik8.
 Both are schema-1 records, read as schema 2: their goldens guard the upgrade.
 fixture_tasks (schema 2): ReLU and GeLU on three tasks -- byte LM on synthetic (bpb), pixel LM
@@ -119,6 +119,7 @@ def test_best_value_is_bold_lower_or_higher_per_metric(found):
         learned, interrupted = record["choices"]["position"] == "learned", \
             record["status"] == "interrupted"
         record["choices"]["data"] = "wmt"
+        record["config"]["data"] = {"name": "wmt"}  # one dataset: one setting, no split
         record.update(metrics=[BLEU], primary_metric="bleu")
         record["test"] = {"test/bleu": 90.0 if interrupted else 20.0 if learned else 25.0}
     wmt = table_of(records)
@@ -130,10 +131,10 @@ def test_best_value_is_bold_lower_or_higher_per_metric(found):
 
 def test_missing_values_are_dashes(found):
     table = table_of(found.of("fixture_activations"))
-    assert cells(table, "SwiGLU")["synthetic bpb"].missing  # finished, but no test metric
-    assert "| SwiGLU | 892K | 25.6G | 5.90 | **2.600** | **2.190** | — | 1 |" in \
+    assert cells(table, "SwiGLU")["Ops"].missing  # finished, but its FLOPs not counted
+    assert "| SwiGLU | 892K | — | 5.90 | **2.600** | **2.190** | 3.295 | 1 |" in \
         markdown.render(table)
-    assert r"SwiGLU & 892K & 25.6G & 5.90 & \textbf{2.600} & \textbf{2.190} & -- & 1 \\" in \
+    assert r"SwiGLU & 892K & -- & 5.90 & \textbf{2.600} & \textbf{2.190} & 3.295 & 1 \\" in \
         latex.render(table)
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from conftest import compose_config, run_tiny
 from xformer_bench.results import record as records
-from xformer_bench.training.validation_subsample import last_validation_step
 
 SMALL_EVAL = ("data.eval_batch_size=4",)  # 999 validation bytes in 32-byte windows: 8 batches
 
@@ -30,11 +29,11 @@ def test_intermediate_validations_score_the_subsample_and_the_last_the_whole_spl
 
 def test_a_run_whose_steps_are_not_a_multiple_scores_its_last_validation_whole(tmp_path):
     sub = run_tiny(tmp_path, *SMALL_EVAL, "data.val_subsample=1", "trainer.max_steps=15",
-                   "trainer.val_checks=4")  # every 4 steps: 4, 8, 12 (none at 15)
-    assert last_validation_step(15, 4) == 12 and last_validation_step(16, 4) == 16
+                   "trainer.val_checks=4")  # ceil(15 i / 4): 4, 8, 12, 15
     assert sub["val_subsample"]["scored"] == [
-        {"step": 4, "batches": 1}, {"step": 8, "batches": 1}, {"step": 12, "batches": 8}]
-    assert sub["final"]["step"] == 12 and sub["eval_counts"]["val"] == 999
+        {"step": 4, "batches": 1}, {"step": 8, "batches": 1}, {"step": 12, "batches": 1},
+        {"step": 15, "batches": 8}]
+    assert sub["final"]["step"] == 15 and sub["eval_counts"]["val"] == 999
 
 
 def test_a_subsample_larger_than_the_split_scores_the_split(tmp_path):

@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from xformer_bench.config import CONF_DIR
-from xformer_bench.preflight import command_line_error
+from xformer_bench.preflight import MULTIRUN_FLAGS, command_line_error, shown_only
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -31,60 +31,77 @@ def _main(cfg: DictConfig) -> float | None:
 
 def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], run_dir: Path,
             multirun: bool) -> float | None:
-    """One job: refused when its preset is for data of another shape or its folders cannot be
-    written (:mod:`xformer_bench.schema`; a sweep's later jobs are checked here), skipped when
-    already finished (``skip_completed``) or running in another process
-    (:mod:`~xformer_bench.run_claim`), else trained and recorded.
+    """One job: refused when a value its study or sweep gave is out of range, its preset is for
+    data of another shape or its folders cannot be written (:mod:`xformer_bench.schema`; a
+    sweep's later jobs are checked here), skipped when already finished (``skip_completed``)
+    or running in another process (:mod:`~xformer_bench.run_claim`), else trained and recorded.
 
     A failure prints one ``error:`` line; it ends a single run with a non-zero exit status
-    (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``) -- except
-    an interruption (a signal, Ctrl-C), which ends the sweep too.
+    (2 for xbench's own errors, 1 otherwise) but only this job of a sweep (``-m``: the sweep's
+    summary names it and its exit status counts it) -- except an interruption (a signal,
+    Ctrl-C), which ends the sweep too.
     """
+    import xformer_bench.sweep_report as sweep_report
+
+    report = sweep_report.current() if multirun else None
+    if report is not None:
+        report.job_starts(overrides)
+    kind, line, objective = _job(config, choices, overrides, run_dir, multirun)
+    if report is not None:
+        report.job_ends(kind, line)
+    return objective
+
+
+def _job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], run_dir: Path,
+         multirun: bool) -> tuple[str, str, float | None]:
+    """(outcome kind -- :data:`xformer_bench.sweep_report.KINDS` --, its line, the objective)."""
     from xformer_bench.errors import XbenchError
     from xformer_bench.hardware import resolve_precision
     from xformer_bench.models.param_match import describe, match_params
     from xformer_bench.option_settings import apply_option_settings
     from xformer_bench.results.record import results_path, run_identity
-    from xformer_bench.run_claim import claimed, holder_of
-    from xformer_bench.schema import check_folders, check_inputs
+    from xformer_bench.run_claim import claim_line, claimed
+    from xformer_bench.schema import check_config, check_folders
 
-    try:  # each job of a sweep: its own preset and data, its own folders (preflight: the first)
+    try:  # each job of a sweep: its own values, preset, data and folders (preflight: the first)
         config = apply_option_settings(config, overrides)  # a study's setting for this option
-        check_inputs(config)
+        check_config(config)  # what a study's sweep, option_settings and study_rows set, too
         check_folders(config)
         config = match_params(config, overrides)  # before the skip: d_ff is part of the run
     except XbenchError as error:
         _print_traceback_if_debugging()
-        return _fail(2, str(error), [], multirun)
+        _fail(2, str(error), [], multirun)
+        return "refused", str(error), None
     if config.get("match_params"):
         print(f"[xbench] {describe(config['match_params']['result'])}")
     config = resolve_precision(config)  # before the run id: auto on a CPU is 32-true
     record_path = results_path(config, run_identity(config, choices))
     with claimed(record_path) as owned:
         if not owned:
-            print(f"[xbench] skip {record_path.stem}: running in another process "
-                  f"({holder_of(record_path) or 'its claim: ' + str(record_path.parent)})")
-            return None
+            line = f"running in another process: {claim_line(record_path)}"
+            print(f"[xbench] skip {record_path.stem}: {line}")
+            return "elsewhere", line, None
         return _claimed_job(config, choices, overrides, run_dir, multirun)
 
 
 def _claimed_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str],
-                 run_dir: Path, multirun: bool) -> float | None:
+                 run_dir: Path, multirun: bool) -> tuple[str, str, float | None]:
     from xformer_bench.errors import XbenchError
-    from xformer_bench.results.record import finished_record
+    from xformer_bench.results.record import finished_record, results_path
     from xformer_bench.run import execute
     from xformer_bench.training.preemption import RunInterrupted
 
     if config.get("skip_completed"):
         done = finished_record(config, choices)
         if done is not None:
-            print(f"[xbench] skip {done['run_id']}: already finished")
-            return _objective(done)
+            print(f"[xbench] skip {done['run_id']}: already finished "
+                  f"({results_path(config, done['run_id'])})")
+            return "skipped", "already finished", _objective(done)
     try:
         record = execute(config, choices, overrides, run_dir)
     except RunInterrupted as error:
         _print_traceback_if_debugging()
-        return _fail(2, str(error), _recorded_as(config, choices, run_dir), multirun=False)
+        raise _interrupted(str(error), _recorded_as(config, choices, run_dir)) from None
     except XbenchError as error:
         _print_traceback_if_debugging()
         status, message, details = 2, str(error), _recorded_as(config, choices, run_dir)
@@ -95,8 +112,21 @@ def _claimed_job(config: dict[str, Any], choices: dict[str, str], overrides: lis
                    f"traceback: {_save_traceback(run_dir)}"]
     else:
         _report(record)
-        return _objective(record)
-    return _fail(status, message, details, multirun)
+        return "finished", "", _objective(record)
+    _fail(status, message, details, multirun)
+    return ("failed" if details else "refused"), message, None
+
+
+def _interrupted(message: str, details: list[str]) -> SystemExit:
+    """An interruption ends a sweep too: its ``error:`` line, recorded in the sweep's report;
+    the exit to raise."""
+    import xformer_bench.sweep_report as sweep_report
+
+    report = sweep_report.current()
+    if report is not None:
+        report.job_ends("interrupted", message)
+    _fail(2, message, details, multirun=True)
+    return SystemExit(2)
 
 
 def _fail(status: int, message: str, details: list[str], multirun: bool) -> None:
@@ -210,25 +240,47 @@ def main() -> None:
 
 def _run_sweeps() -> None:
     """The command line's sweep, or a study's sweeps (its ablation ladders, or its published
-    table's rows), one after another (:mod:`xformer_bench.ladder_sweeps`)."""
+    table's rows), one after another (:mod:`xformer_bench.ladder_sweeps`): every job counted
+    first (``k/N``; ``--dry-run`` lists them and stops), the summary and the exit status at the
+    end (:mod:`xformer_bench.sweep_report`)."""
+    import xformer_bench.sweep_report as sweep_report
     from xformer_bench.errors import XbenchError
     from xformer_bench.ladder_sweeps import sweeps
+    from xformer_bench.sweep_plan import DRY_RUN, dry_run_lines, planned_jobs
+    from xformer_bench.swept_group_keys import held_for_jobs
 
-    program = sys.argv[0]
+    program, arguments = sys.argv[0], [a for a in sys.argv[1:] if a != DRY_RUN]
+    multirun = any(a in MULTIRUN_FLAGS for a in arguments)
+    dry_run = DRY_RUN in sys.argv or (multirun and bool(set(arguments) & {"--cfg", "-c"}))
+    if dry_run:  # Hydra's --cfg shows one job: with -m, every job is listed instead
+        arguments = shown_only(arguments)
+    hydra_flag = any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in arguments)
     try:
-        planned = sweeps(sys.argv[1:])
+        planned = sweeps(arguments)
+        counted = (dry_run or multirun) and not hydra_flag
+        jobs = [planned_jobs(argv) if counted and argv is not None else [] for _, argv in planned]
+        if dry_run:
+            print("\n".join(dry_run_lines(planned, jobs)))
+            return
     except XbenchError as error:
         _print_traceback_if_debugging()
         _fail(2, str(error), [], multirun=False)
         return
-    for title, argv in planned:
-        if title:
-            print(f"[xbench] {title}" + (f": xbench {' '.join(argv)}" if argv else ""),
-                  flush=True)
-        if not argv:  # a planned row not run: its title says why
-            continue
-        sys.argv = [program, *argv]
-        _main()
+    if counted:
+        sweep_report.begin([job for sweep_jobs in jobs for job in sweep_jobs])
+    try:
+        for title, argv in planned:
+            if title:
+                print(f"[xbench] {title}" + (f": xbench {' '.join(argv)}" if argv else ""),
+                      flush=True)
+            if argv is None:  # a planned row not run: its title says why
+                continue
+            sys.argv = [program, *held_for_jobs(argv)]  # a swept group's keys: set per job
+            _main()
+    finally:
+        status = sweep_report.end()
+    if status:
+        sys.exit(status)
 
 
 if __name__ == "__main__":

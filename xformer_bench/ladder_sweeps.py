@@ -35,8 +35,10 @@ from xformer_bench.preflight import MULTIRUN_FLAGS
 COMMAND_LINE = "command_line"
 """``ladders: command_line``: the ladders of the presets the command line names (``model=``)."""
 
-Sweep = tuple[str | None, list[str]]  # (what it runs, for the terminal; None: the study), argv
-# (empty: a planned row not run, its title saying why)
+Sweep = tuple[str | None, list[str] | None]
+"""(what it runs, for the terminal: None for the command line's own sweep; its argv: None for a
+planned row not run, its title saying why).  An empty argv is ``xbench`` with no arguments: the
+default run."""
 
 
 def listed(value: Any) -> list[str]:

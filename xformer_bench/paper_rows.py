@@ -13,9 +13,10 @@ A row's sweep is the command line, less the keys the row sets, plus
 * ``hydra.sweep.subdir=paper_row_<k>/<job>``: each row's jobs in a folder of their own.
 
 The study's ``sweep:`` (its seeds) applies to each row's sweep.  A row the model refuses (one
-:class:`~xformer_bench.errors.ConfigError` line, checked by building the decoder-only LM on the
-meta device) and a row without an xbench option are not run: each is a planned skip, named with
-its reason, and the table lists them under it (:func:`not_run_lines`).
+:class:`~xformer_bench.errors.ConfigError` line, checked by building the model of the task the
+data declares on the meta device: a decoder-only LM, an encoder-decoder on ``data=wmt14``)
+and a row without an xbench option are not run: each is a planned skip, named with its reason,
+and the table lists them under it (:func:`not_run_lines`).
 """
 
 from __future__ import annotations
@@ -74,16 +75,20 @@ def with_row(common: Sequence[str], overrides: Sequence[str]) -> list[str]:
 
 
 def refusal(overrides: Sequence[str]) -> str | None:
-    """The one line the model refuses ``overrides`` with (a decoder-only LM's data only: other
-    assemblies refuse when they run), or None."""
-    from xformer_bench.models.param_match import count_parameters
-    from xformer_bench.registry import DATA
+    """The one line the model refuses ``overrides`` with, or None: the assembly of the task
+    the data declares (:func:`~xformer_bench.schema.data.task_of`; a decoder-only LM, an
+    encoder-decoder) built on the meta device with the study's settings for the data
+    (``option_settings``); a classifier's refusals come when it runs."""
+    from xformer_bench.models.param_match import SEQ2SEQ_DATA, count_parameters
+    from xformer_bench.option_settings import apply_option_settings
+    from xformer_bench.schema.data import task_of
 
-    config = compose_config(*overrides)
-    if getattr(DATA.get(config["data"]["name"]), "task", "lm") != "lm":
+    config = apply_option_settings(compose_config(*overrides), list(overrides))
+    task = task_of(config["data"])
+    if task not in ("lm", "translate"):
         return None
     try:
-        count_parameters(config)
+        count_parameters(config, SEQ2SEQ_DATA if task == "translate" else None)
     except XbenchError as error:
         return str(error).splitlines()[0]
     return None
@@ -120,20 +125,20 @@ def plan(config: dict[str, Any], common: Sequence[str]) -> RowPlan:
     return RowPlan(tuple(rows), tuple(table.missing()))
 
 
-def sweeps(config: dict[str, Any], argv: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """(title, argv) per row, in the paper's order; a row not run has an empty argv and a title
+def sweeps(config: dict[str, Any], argv: Sequence[str]) -> list[tuple[str, list[str] | None]]:
+    """(title, argv) per row, in the paper's order; a row not run has argv None and a title
     that says why."""
     study_plan = plan(config, argv)
-    out: list[tuple[str, list[str]]] = []
+    out: list[tuple[str, list[str] | None]] = []
     for row in study_plan.rows:
         if row.refusal is not None:
             out.append((f"skipped paper row {row.label!r} ({NOT_RUN.lower()}): {row.refusal}",
-                        []))
+                        None))
             continue
         out.append((f"paper row {row.index + 1} ({row.label})",
                     [*with_row(argv, row.overrides), f"++{TAG}={quoted(row.label)}",
                      f"hydra.sweep.subdir=paper_row_{row.index + 1}/${{hydra:job.num}}"]))
-    out += [(f"skipped paper row {label!r} ({NO_OPTION})", []) for label in study_plan.missing]
+    out += [(f"skipped paper row {label!r} ({NO_OPTION})", None) for label in study_plan.missing]
     return out
 
 

@@ -11,6 +11,8 @@ them (a tenth of a second; no torch), and the first problem becomes one :class:`
 * an unknown key or group (``model.d_modle=64``, ``atention=full``): the nearest key of the same
   node (:mod:`difflib`), or that node's keys;
 * several values without ``-m`` (``seed=0,1``): add ``-m``, or write a list;
+* a key under a swept group that one of its options lacks (``-m attention=strided,fixed
+  attention.summary=8``): the option (:mod:`xformer_bench.swept_group_keys`);
 * a value that does not resolve (``data.seq_len=${nope}``);
 * a machine that cannot give what ``trainer.*`` asks for (:mod:`xformer_bench.hardware`);
 * a value its key's declaration refuses, a key nothing declares, a model preset given data of
@@ -46,6 +48,7 @@ from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
 from xformer_bench.hardware import check_trainer_hardware
 from xformer_bench.schema import check_config, check_folders
+from xformer_bench.swept_group_keys import check_keys_of_swept_options
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 SIMILARITY = 0.75
@@ -57,7 +60,9 @@ OVERRIDE_SYNTAX = ("write KEY=VALUE (a list as KEY=[a,b]; quote a value with spa
 def command_line_error(argv: Sequence[str]) -> ConfigError | None:
     """The first problem of ``argv`` (xbench's arguments, without the program) as one
     :class:`ConfigError` whose message names the fix; None when it composes, or when a Hydra
-    flag other than ``-m`` leaves the command line to Hydra."""
+    flag other than ``-m`` and the ones that only show the config (:func:`shown_only`) leaves
+    the command line to Hydra."""
+    argv = shown_only(argv)
     if any(arg.startswith("-") and arg not in MULTIRUN_FLAGS for arg in argv):
         return None
     multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
@@ -67,6 +72,24 @@ def command_line_error(argv: Sequence[str]) -> ConfigError | None:
     except ConfigError as error:
         return error
     return None
+
+
+SHOWING_FLAGS = {"--cfg": 1, "-c": 1, "--package": 1, "-p": 1, "--resolve": 0, "--dry-run": 0}
+"""Flags that show what a command line would run and change nothing it composes (with the
+number of values each takes): the command line behind them is checked as if run."""
+
+
+def shown_only(argv: Sequence[str]) -> list[str]:
+    """``argv`` less :data:`SHOWING_FLAGS` and their values."""
+    kept, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+        elif arg.split("=", 1)[0] in SHOWING_FLAGS:
+            skip = 0 if "=" in arg else SHOWING_FLAGS[arg]
+        else:
+            kept.append(arg)
+    return kept
 
 
 def _check(arguments: list[str], multirun: bool) -> None:
@@ -87,13 +110,34 @@ def _check(arguments: list[str], multirun: bool) -> None:
                           f"one job per value, or write {sweep.get_key_element()}=[...] for one "
                           "list value")
     groups = set(loader.list_groups("")) - {"hydra"}
-    config, run_dir = _compose([_first_value(o) for o in overrides if not _is_hydra_sweep(o)],
-                               overrides, groups, multirun)
+    first_job = [_first_value(o) for o in overrides if not _is_hydra_sweep(o)]
+    check_keys_of_swept_options(first_job, overrides)  # attention=a,b attention.x=1: both have x
+    config, run_dir, study = _compose(first_job, overrides, groups, multirun)
     check_trainer_hardware(config.get("trainer") or {})
     check_config(config)
     check_folders(config, run_dir)
     for sweep in sweeps:
         _check_every_value(sweep, config, groups)
+    if multirun:
+        _check_study_sweep(study, {o.key_or_group for o in overrides}, config, groups, loader)
+
+
+def _check_study_sweep(study: dict[str, Any], given: set[str], config: dict[str, Any],
+                       groups: set[str], loader: Any) -> None:
+    """Every value of a study's ``sweep:`` (``hydra.sweeper.params``) the command line does not
+    replace, checked as the command line's are: before the first job trains."""
+    for key, value in study.items():
+        if key in given:
+            continue
+        line = f"{key}={','.join(map(str, value)) if isinstance(value, list) else value}"
+        try:
+            [sweep] = OverridesParser.create(config_loader=loader).parse_overrides([line])
+            _check_every_value(sweep, config, groups)
+        except OverrideParseException as error:
+            raise ConfigError(f"the study's sweep {line} does not parse ({_parse_reason(error)})"
+                              f": {OVERRIDE_SYNTAX}") from error
+        except ConfigError as error:
+            raise ConfigError(f"{error} (a value of the study's sweep {line})") from error
 
 
 def _is_hydra_sweep(override: Override) -> bool:
@@ -144,9 +188,10 @@ def _with_value(config: dict[str, Any], key: str, value: Any) -> dict[str, Any] 
 
 
 def _compose(arguments: list[str], overrides: list[Override], groups: set[str],
-             multirun: bool) -> tuple[dict[str, Any], tuple[str, Path] | None]:
-    """The resolved job config of ``arguments``, and the key and path of its run directory
-    (None where it does not resolve here); a composition error as one ConfigError."""
+             multirun: bool) -> tuple[dict[str, Any], tuple[str, Path] | None, dict[str, Any]]:
+    """The resolved job config of ``arguments``, the key and path of its run directory (None
+    where it does not resolve here) and the study's sweep (``hydra.sweeper.params``); a
+    composition error as one ConfigError."""
     try:
         config = compose(config_name="config", overrides=arguments, return_hydra_config=True)
     except MissingConfigException as error:
@@ -162,10 +207,12 @@ def _compose(arguments: list[str], overrides: list[Override], groups: set[str],
     except HydraException as error:
         raise ConfigError(_first_line(error)) from error
     run_dir = _run_dir(config, multirun)
-    with open_dict(config):
-        del config["hydra"]
     try:
-        return OmegaConf.to_container(config, resolve=True), run_dir
+        params = config.hydra.sweeper.get("params")
+        study = OmegaConf.to_container(params, resolve=True) if params is not None else {}
+        with open_dict(config):
+            del config["hydra"]
+        return OmegaConf.to_container(config, resolve=True), run_dir, study
     except OmegaConfBaseException as error:
         raise ConfigError(f"{error.full_key} does not resolve ({_first_line(error)}): point its "
                           "${...} at an existing key, or give a plain value") from error

@@ -77,7 +77,7 @@ def _resumable(config: dict[str, Any], run_id: str) -> tuple[str | None, Any, li
     from xformer_bench.training.checkpoints import RunCheckpoints, checkpoint_folder, resume_path
     from xformer_bench.training.preemption import Preemption
     from xformer_bench.training.step_seeds import StepSeeds
-    from xformer_bench.training.trainer import validation_interval
+    from xformer_bench.training.validation_schedule import validation_steps
 
     identity = records.identity_config(config)
     resume = resume_path(config, run_id, identity)
@@ -85,7 +85,7 @@ def _resumable(config: dict[str, Any], run_id: str) -> tuple[str | None, Any, li
     checkpoints = RunCheckpoints(
         checkpoint_folder(config, run_id), periodic=config.get("resume") == "auto",
         every=trainer.get("checkpoint_every"), identity=identity,
-        validate_every=validation_interval(trainer["max_steps"], trainer["val_checks"]))
+        validation_steps=validation_steps(trainer["max_steps"], trainer["val_checks"]))
     preemption = Preemption(checkpoints.save, checkpoints.validates_at, checkpoints.periodic)
     return resume, checkpoints, [checkpoints, preemption, StepSeeds(config["seed"])]
 
@@ -146,7 +146,8 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     from xformer_bench.training.loggers import build_loggers, close_loggers
     from xformer_bench.training.throughput import Throughput
     from xformer_bench.training.checkpoints import discard
-    from xformer_bench.training.trainer import build_trainer, validation_interval
+    from xformer_bench.training.trainer import build_trainer
+    from xformer_bench.training.validation_schedule import validation_steps
     from xformer_bench.training.validation_history import ValidationHistory
     from xformer_bench.training.validation_subsample import ValidationSubsample
 
@@ -171,8 +172,8 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     positions = getattr(getattr(task.model, "dims", None), "seq_len", seq_len)  # per example
     tokens_per_step = positions * batch_size * config["trainer"]["accumulate_grad_batches"]
     throughput, history = Throughput(tokens_per_step), ValidationHistory()
-    subsample = ValidationSubsample(config["data"].get("val_subsample"), validation_interval(
-        config["trainer"]["max_steps"], config["trainer"]["val_checks"]))
+    subsample = ValidationSubsample(config["data"].get("val_subsample"), validation_steps(
+        config["trainer"]["max_steps"], config["trainer"]["val_checks"])[-1])
     loggers = build_loggers(config["logger"], run_dir, record)
     trainer = build_trainer(config["trainer"], loggers,
                             [throughput, history, subsample, *resumable], run_dir)
@@ -205,6 +206,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
             **_startup(throughput, job_started),
             early=history.at_fraction(1 / 8, max_steps),
             final=history.points[-1] if history.points else None,
+            final_step=history.points[-1]["step"] if history.points else None,
             history=history.points,
             eval_counts=dict(task.evaluated_units),
             val_subsample=subsample.report(),

@@ -2,16 +2,19 @@
 
 Before a run starts, its process claims it: ``<results_dir>/<experiment>/.<run_id>.claim``,
 created exclusively (``O_CREAT | O_EXCL``, atomic on local and NFSv3+ file systems) with the
-claimant's host and pid.  Another sweep reaching the same run skips it ("running in another
-process") and goes on; the claim goes when the run ends, however it ends (a killed process's
-claim is stale: on the same host, a claim whose pid is gone is taken over).  Records are
-written atomically under the run id, so nothing is double-counted either.
+claimant's host, pid and start time.  Another sweep reaching the same run skips it ("running in
+another process") and goes on; the claim goes when the run ends, however it ends (a killed
+process's claim is stale: on the same host, a claim whose pid is gone is taken over).  A claim
+from another host cannot be checked from here: the skip line names its holder, since when, and
+the command that clears it if that node is gone.  Records are written atomically under the run
+id, so nothing is double-counted either.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from datetime import datetime, timezone
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,10 +24,11 @@ def claim_path(record_path: Path) -> Path:
     return record_path.with_name(f".{record_path.stem}.claim")
 
 
-def _holder(claim: Path) -> tuple[str, int] | None:
+def _holder(claim: Path) -> tuple[str, int, str] | None:
+    """(host, pid, start time -- ``?`` in a claim written before it was recorded)."""
     try:
-        host, pid = claim.read_text().split()
-        return host, int(pid)
+        host, pid, *since = claim.read_text().split()
+        return host, int(pid), (since[0] if since else "?")
     except (OSError, ValueError):
         return None
 
@@ -44,7 +48,7 @@ def _stale(claim: Path) -> bool:
     holder = _holder(claim)
     if holder is None:
         return True
-    host, pid = holder
+    host, pid, _ = holder
     return host == socket.gethostname() and not _alive(pid)
 
 
@@ -54,7 +58,8 @@ def _create(claim: Path) -> bool:
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as f:
-        f.write(f"{socket.gethostname()} {os.getpid()}\n")
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        f.write(f"{socket.gethostname()} {os.getpid()} {started}\n")
     return True
 
 
@@ -63,6 +68,18 @@ def holder_of(record_path: Path) -> str | None:
     claim = claim_path(record_path)
     holder = _holder(claim) if claim.exists() and not _stale(claim) else None
     return None if holder is None else f"{holder[0]}:{holder[1]}"
+
+
+def claim_line(record_path: Path) -> str:
+    """Who holds this run's claim, since when, and how to clear it if that process is gone."""
+    claim = claim_path(record_path)
+    holder = _holder(claim)
+    if holder is None:
+        return f"claimed by {claim}"
+    host, pid, since = holder
+    where = "this host" if host == socket.gethostname() else host
+    return (f"pid {pid} on {where} since {since}; if that process is gone (its node down), "
+            f"clear the claim: rm {claim}")
 
 
 @contextmanager

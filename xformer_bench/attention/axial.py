@@ -64,5 +64,6 @@ class AxialAttention(FactorizedAttention):
             return math.ceil(s / self.rows)
         return math.ceil(math.sqrt(s))
 
-    def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
+    def parts(self, width: int, merged: bool, causal: bool
+              ) -> tuple[tuple[Part, ...], tuple[Part, ...]]:  # the same either way
         return (Blocks(width),), (Columns(width, skip_self=merged),)  # the query is in its row

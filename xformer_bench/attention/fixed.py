@@ -79,7 +79,8 @@ class FixedAttention(FusedFactorized):
                         for x in (k, v))  # (B, H, rows c, D): A2's keys, the summary columns
         return summary_calls(rows, width, c), columns
 
-    def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
+    def parts(self, width: int, merged: bool, causal: bool
+              ) -> tuple[tuple[Part, ...], tuple[Part, ...]]:  # the same either way
         c = min(self.summary, width)  # stride auto on a short input: a row shorter than c
         return (Blocks(width),), (Summary(width, c, skip_own_row=merged),)
 

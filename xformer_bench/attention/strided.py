@@ -17,8 +17,19 @@ layer 0, so only A1), ``merged`` (one softmax over A1 ∪ A2, each key once) or 
 
 Choices, named: A1 has l keys, as the reference code's band (openai/sparse_attention,
 ``local``: band of width ``local_attn_ctx``); the paper's set {max(0, i - l), ..., i} has l + 1,
-and that extra key i - l is in A2 anyway.  Causal only: A1 is defined up to i and neither the
-paper nor its code gives a bidirectional strided pattern, so ``bidirectional`` is not declared.
+and that extra key i - l is in A2 anyway.
+
+Bidirectional (an encoder: classification, a translation source): the paper defines only the
+causal sets, so the pattern is mirrored -- the attention matrix's upper triangle is the
+transpose of its lower, as DeepSpeed's sparse attention defines ``attention="bidirectional"``
+("the upper triangular part of the attention matrix is mirror of the lower triangular"):
+
+    A1_i = {j : |i - j| < l}                   (the row after too, within l: :class:`NextRow`)
+    A2_i = {j : (i - j) mod l = 0}             (the query's whole column)
+
+Deviation from LRA's Sparse Transformer baseline (Tay et al. 2021), which keeps the causal mask
+in its encoders (lra_benchmarks/models/sparse_transformer/sparse_attention.py: "all attention
+patterns are causal"): an encoder here sees both sides, as every other option's does.
 Defaults: l = 128, the stride of the paper's strided ImageNet 64x64 model (§7.3); the paper
 does not say how its strided models combine the patterns: ``merged``, as its enwik8 model.
 
@@ -27,7 +38,8 @@ On CPU, causal ``merged`` without a bias or key padding runs as three fused kern
 before it (the columns after the query's), each column causally over the rows before; nothing
 is copied or stored but the output and its normaliser (full attention's step memory).  The
 general path (other modes, a bias, key padding) recomputes its gathers in the backward pass
-(:mod:`._ops.recompute`).
+(:mod:`._ops.recompute`); bidirectional attention takes it too, grouped as the causal
+(rows, the row before and after, columns: O(T (3l + T / l)), no T x T scores).
 
 torch.compile: one graph on the fused path (tests/test_compile.py); the general path is not
 (the factorised layout, as axial).
@@ -41,6 +53,7 @@ from xformer_bench.attention._ops.factorized import (
     Blocks,
     Columns,
     FactorizedAttention,
+    NextRow,
     Part,
     PreviousRow,
 )
@@ -55,7 +68,6 @@ from xformer_bench.registry import ATTENTION
 @ATTENTION.register("strided")
 class StridedAttention(FusedFactorized):
     option = "strided"
-    provides = FactorizedAttention.provides - {"bidirectional"}
 
     def __init__(self, dims: ModelDims, stride: int | str = 128, mode: str = "merged"):
         super().__init__(dims, mode, stride)
@@ -82,6 +94,8 @@ class StridedAttention(FusedFactorized):
             KeyCall(2, columns, earlier_columns, causal=True),  # its column, rows before
         ), ()
 
-    def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
-        # A1: own row up to i, and the previous row within l; the query itself is in A1
-        return (Blocks(width), PreviousRow(width)), (Columns(width, skip_self=merged),)
+    def parts(self, width: int, merged: bool, causal: bool
+              ) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
+        # A1: own row, and the previous (and, both ways, next) row within l; the query is in A1
+        rows = (Blocks(width), PreviousRow(width)) + (() if causal else (NextRow(width),))
+        return rows, (Columns(width, skip_self=merged),)

@@ -30,8 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from xformer_bench.training.trainer import validation_interval
-from xformer_bench.training.validation_subsample import last_validation_step
+from xformer_bench.training.validation_schedule import validation_steps
 
 
 @dataclass(frozen=True)
@@ -124,9 +123,7 @@ class Share:
     seconds_per_intermediate_batch: float | None = None  # when they cost less (None: the same)
 
     def validation_seconds(self, subsample: int | None) -> float:
-        interval = validation_interval(self.max_steps, self.val_checks)
-        last = last_validation_step(self.max_steps, interval)
-        intermediate = last // interval - 1
+        intermediate = len(validation_steps(self.max_steps, self.val_checks)) - 1
         per_intermediate = min(subsample or self.whole_split, self.whole_split)
         batch = self.seconds_per_intermediate_batch or self.seconds_per_batch
         return (intermediate * per_intermediate * batch

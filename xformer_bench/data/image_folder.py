@@ -7,10 +7,16 @@ The classes are the sorted names of ``DIR/train``'s sub-folders (hidden ones ski
 class folder, at any depth, in sorted path order.  ``DIR/val`` must use the same classes: a
 folder there that is not a class of ``DIR/train`` is an error, a class with no validation
 images is allowed.  Only the listing happens here; decoding is :mod:`.image_cache`'s.
+
+:func:`fingerprint` digests a listing -- the class names and each image's path relative to
+``DIR``, size and modification time (a ``stat``, no image read) -- so that a cache keyed by it
+is rebuilt when an image or a class is added, removed, replaced or edited.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +84,18 @@ def list_image_folder(root: str | Path) -> Listing:
                                    f"({', '.join(EXTENSIONS)}) in its class folders")
         splits[split] = (files, np.asarray(labels, dtype=np.int64))
     return classes, splits
+
+
+def fingerprint(root: str | Path, listing: Listing) -> str:
+    """A hex digest of what ``listing`` (of the ImageFolder at ``root``) would decode to: its
+    classes and, per split, each image's relative path, label, size and modification time."""
+    root = Path(root).expanduser()
+    classes, splits = listing
+    digest = hashlib.sha256(json.dumps(classes).encode())
+    for split in sorted(splits):
+        files, labels = splits[split]
+        for path, label in zip(files, labels.tolist()):
+            stat = path.stat()
+            digest.update(f"{split}\0{path.relative_to(root).as_posix()}\0{label}\0"
+                          f"{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()

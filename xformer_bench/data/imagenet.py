@@ -12,9 +12,12 @@ ImageFolder ``train/`` + ``val/``; else downloaded with ``datasets`` and saved a
 Offline with nothing there: one :class:`MissingDataError` line saying what to place where.
 
 Cache.  The images are decoded once into ``<data_dir>/imagenet/<subset>/cache-<repo>-<config>/`` (an
-ImageFolder: ``<data_dir>/imagenet/folders/<name>-<hash of its path>/``) as uint8 arrays that
-later runs memory-map (:mod:`.image_cache`); the source is not read again while the cache
-exists -- delete the cache folder after changing an ImageFolder.  Each image is stored as its
+ImageFolder: ``<data_dir>/imagenet/folders/<name>-<hash of its path>-<fingerprint>/``, the
+fingerprint a digest of its listing's paths, sizes and modification times,
+:func:`.image_folder.fingerprint`) as uint8 arrays that later runs memory-map
+(:mod:`.image_cache`).  An ImageFolder is listed on every run (a ``stat`` per image, no image
+read): a changed one is decoded into a new cache and the old one deleted; one that is gone is
+read from its last cache.  Each image is stored as its
 central square (``resize: crop``; ``squash``: the whole image squashed to a square, for
 digits, documents or scans whose edges matter), resized: to ``cache_size`` (default
 ``resolution * 8 // 7``, the 256 / 224 of ImageNet evaluation) for ``classify``, to
@@ -46,6 +49,7 @@ or other augmentation.
 from __future__ import annotations
 
 import hashlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +60,8 @@ from xformer_bench.data import hf_images, image_cache
 from xformer_bench.data.download import offline
 from xformer_bench.data.example_batches import ExampleDataModule
 from xformer_bench.data.image_cache import EncodedSplit
-from xformer_bench.data.image_folder import is_image_folder, list_image_folder
+from xformer_bench.data.image_folder import (Listing, fingerprint, is_image_folder,
+                                             list_image_folder)
 from xformer_bench.data.image_transforms import (CROP_RATIO, CROP_SCALE, FLIP, evaluation_view,
                                                  training_view)
 from xformer_bench.data.pixels import PixelLMDataModule
@@ -191,12 +196,35 @@ def _chunked(files: list[Path]):
     return (files[i:i + hf_images.CHUNK] for i in range(0, len(files), hf_images.CHUNK))
 
 
-def _from_folder(root: Path):
+def _from_listing(listing: Listing):
     def source():
-        classes, splits = list_image_folder(root)
+        classes, splits = listing
         return classes, {split: EncodedSplit(labels, lambda files=files: _chunked(files))
                          for split, (files, labels) in splits.items()}
     return source
+
+
+def _folder_cache(root: Path, path: str, size: int, method: str):
+    """``(cached, fingerprint)`` of the ImageFolder ``path`` as it is now (a changed folder is
+    decoded anew and its older caches deleted); a folder that is gone: its last cache."""
+    folder = Path(path).expanduser().resolve()
+    stem = f"{folder.name}-{hashlib.sha1(str(folder).encode()).hexdigest()[:10]}"
+    caches = root / "folders"
+    ours = [c for c in caches.iterdir() if c.name == stem or c.name.startswith(f"{stem}-")] \
+        if caches.is_dir() else []
+    if not folder.exists():
+        kept = [c for c in ours if image_cache.is_complete(c, size, method)]
+        if kept:
+            last = max(kept, key=lambda c: c.stat().st_mtime)
+            return image_cache.load(last, size, method), last.name.removeprefix(stem)[1:] or None
+    listing = list_image_folder(folder)
+    digest = fingerprint(folder, listing)[:16]
+    cache = caches / f"{stem}-{digest}"
+    loaded = image_cache.cached(cache, size, method, folder.name, _from_listing(listing))
+    for stale in ours:
+        if stale != cache:
+            shutil.rmtree(stale, ignore_errors=True)
+    return loaded, digest
 
 
 def _from_subset(home: Path, subset: str, repo: str, config: str | None):
@@ -206,7 +234,7 @@ def _from_subset(home: Path, subset: str, repo: str, config: str | None):
         if hf_images.is_saved_dataset(home / hf_images.SAVED):
             return hf_images.read_saved(home / hf_images.SAVED)
         if is_image_folder(home):
-            return _from_folder(home)()
+            return _from_listing(list_image_folder(home))()
         hint = (f"ImageNet subset {subset} not found: put its Parquet shards (train-*.parquet "
                 f"and validation-*.parquet, or train/ and validation/ folders of them, from "
                 f"https://huggingface.co/datasets/{repo}) in "
@@ -224,19 +252,18 @@ def _from_subset(home: Path, subset: str, repo: str, config: str | None):
 
 def load_images(data_dir: str | Path, *, subset: str, path: str | None, hf_repo: str | None,
                 hf_config: str | None, size: int, method: str):
-    """``(classes, {"train" | "test": (images (N, size, size, 3) uint8, labels (N,))})`` from
-    the cache, decoding the source into it first if need be."""
+    """``((classes, {"train" | "test": (images (N, size, size, 3) uint8, labels (N,))}),
+    fingerprint)`` from the cache, decoding the source into it first if need be; the
+    fingerprint of an ImageFolder's content (``data.path``), else None."""
     root = Path(data_dir) / "imagenet"
     if path is not None:
-        folder = Path(path).expanduser().resolve()
-        key = hashlib.sha1(str(folder).encode()).hexdigest()[:10]
-        return image_cache.cached(root / "folders" / f"{folder.name}-{key}", size, method,
-                                  folder.name, _from_folder(folder))
+        return _folder_cache(root, path, size, method)
     repo, config = SUBSETS[subset]
     repo, config = hf_repo or repo, hf_config if hf_repo or hf_config else config
     home = root / subset
     cache = home / f"cache-{repo.replace('/', '_')}-{config or 'default'}"
-    return image_cache.cached(cache, size, method, subset, _from_subset(home, subset, repo, config))
+    return image_cache.cached(cache, size, method, subset,
+                              _from_subset(home, subset, repo, config)), None
 
 
 @DATA.register("imagenet")
@@ -252,18 +279,21 @@ def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, subset: st
     pixel_lm = mode == "pixel_lm"
     size = resolution if pixel_lm else cache_size or resolution * 8 // 7
     method = ("box" if pixel_lm else "bilinear") + ("" if resize == "crop" else f"+{resize}")
-    classes, data = load_images(data_dir, subset=subset, path=path, hf_repo=hf_repo,
-                                hf_config=hf_config, size=size, method=method)
+    (classes, data), digest = load_images(data_dir, subset=subset, path=path, hf_repo=hf_repo,
+                                          hf_config=hf_config, size=size, method=method)
     if len(classes) < 2:
         raise ConfigError(f"data=imagenet found {len(classes)} class(es); classification needs 2")
     (images, labels), (test_images, test_labels) = data["train"], data["test"]
     train, val = carve_validation(labels, val_fraction)
     if pixel_lm:
         splits = {"train": Rows(images, train), "val": Rows(images, val), "test": test_images}
-        return PixelLMDataModule(splits, batch_size, seed, seq_len=seq_len, **loader)
-    splits = {"train": LabelledImages(Rows(images, train), labels[train], resolution,
-                                      augmentation),
-              "val": LabelledImages(Rows(images, val), labels[val], resolution),
-              "test": LabelledImages(test_images, test_labels, resolution)}
-    return ImageNetDataModule(splits, batch_size, seed, num_classes=len(classes),
-                              resolution=resolution, **loader)
+        module = PixelLMDataModule(splits, batch_size, seed, seq_len=seq_len, **loader)
+    else:
+        splits = {"train": LabelledImages(Rows(images, train), labels[train], resolution,
+                                          augmentation),
+                  "val": LabelledImages(Rows(images, val), labels[val], resolution),
+                  "test": LabelledImages(test_images, test_labels, resolution)}
+        module = ImageNetDataModule(splits, batch_size, seed, num_classes=len(classes),
+                                    resolution=resolution, **loader)
+    module.data_fingerprint = digest  # the ImageFolder's content (None: a Hub subset)
+    return module

@@ -25,7 +25,7 @@ does not depend on the vocabulary: a nominal byte vocabulary is used.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -139,17 +139,32 @@ def describe(result: dict[str, Any]) -> str:
     return f"params NOT matched to {result['reference_params']:,} ({gap}{why})"
 
 
-def count_parameters(config: dict[str, Any]) -> int:
-    """The model's parameter count for ``config``, built without allocating its weights."""
-    from xformer_bench.models.build import build_model
+class Seq2SeqData(NamedTuple):
+    """What the encoder-decoder reads of a translation datamodule (a nominal vocabulary)."""
+
+    vocab_size: int = NOMINAL_VOCAB
+    pad_id: int = 0
+
+
+SEQ2SEQ_DATA = Seq2SeqData()
+
+
+def count_parameters(config: dict[str, Any], seq2seq: Seq2SeqData | None = None) -> int:
+    """The model's parameter count for ``config``, built without allocating its weights: the
+    decoder-only LM, or with ``seq2seq`` the encoder-decoder over that data."""
+    from xformer_bench.models.build import build_model, build_seq2seq
+
+    def build():
+        return (build_model(config, NOMINAL_VOCAB) if seq2seq is None
+                else build_seq2seq(config, seq2seq))
 
     try:
         with torch.device("meta"):
-            return build_model(config, NOMINAL_VOCAB).num_parameters()
+            return build().num_parameters()
     except XbenchError:
         raise
     except (RuntimeError, NotImplementedError):  # construction read a meta tensor's value
-        return build_model(config, NOMINAL_VOCAB).num_parameters()
+        return build().num_parameters()
 
 
 def reference_overrides(overrides: list[str], reference: dict[str, str]) -> list[str]:

@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from xformer_bench.results.report import UnknownExperimentError, make_tables
+from xformer_bench.errors import XbenchError
+from xformer_bench.results.report import NoRecordsError, UnknownExperimentError, make_tables
+from xformer_bench.schema.folders import unwritable
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -21,20 +23,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--experiment", nargs="+", action="extend", default=[], metavar="NAME",
                         help="only these experiments (default: every one found)")
     parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib)")
+    parser.add_argument("--allow-empty", action="store_true",
+                        help="no run record at all (none run yet) is no error: one line, exit 0")
     return parser.parse_args(argv)
+
+
+def input_error(results_dir: Path, out: Path) -> str | None:
+    """Why the tables could be neither read from ``results_dir`` nor written to ``out``."""
+    if not results_dir.is_dir():
+        return f"--results-dir {results_dir} is not a folder; choose one with --results-dir"
+    reason = unwritable(out)
+    if reason is not None:
+        return f"cannot write tables to {out} ({reason}); choose another with --out"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out if args.out is not None else args.results_dir / "tables"
+    problem = input_error(args.results_dir, out)
+    if problem is not None:  # no records to read (1), or nowhere to write (2)
+        print(f"error: {problem}", file=sys.stderr)
+        return 1 if not args.results_dir.is_dir() else 2
     try:
-        written = make_tables(args.results_dir, out, args.experiment, plots=not args.no_plots)
-    except UnknownExperimentError as error:
+        written = make_tables(args.results_dir, out, args.experiment, plots=not args.no_plots,
+                              allow_empty=args.allow_empty)
+    except NoRecordsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (UnknownExperimentError, XbenchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if not written:
-        print(f"error: no valid run records under {args.results_dir}", file=sys.stderr)
-        return 1
     for path in written:
         print(path)
     return 0

@@ -15,6 +15,7 @@ from typing import Any
 from xformer_bench.references import ReferenceTable
 from xformer_bench.results import confounds
 from xformer_bench.results.columns import AFTER_METRICS, BEFORE_METRICS, ColumnSpec, metric_spec
+from xformer_bench.results.final_validation import final_at
 from xformer_bench.results.metrics import Metric, table_metrics
 from xformer_bench.results.paper_columns import Comparison, beside, summary, with_agreement
 from xformer_bench.results.record import STATUSES
@@ -24,9 +25,13 @@ from xformer_bench.results.variants import (Variant, _naming_facets, data_of, ro
                                             sweep_order, varying_facets)
 
 def datasets_of(variants: list[Variant]) -> list[str]:
-    """The experiment's datasets, the one with most runs (the pre-training task) first; ties in
+    """The variants' datasets, ranked as :func:`rank_datasets` ranks them."""
+    return rank_datasets([r for v in variants for r in v.records])
+
+
+def rank_datasets(records: list[dict[str, Any]]) -> list[str]:
+    """The records' datasets, the one with most runs (the pre-training task) first; ties in
     the order the study's sweep declares them, then by name."""
-    records = [r for v in variants for r in v.records]
     counts = Counter(data_of(r) for r in records)
     declared = sweep_order(records).get("data", [])
 
@@ -91,14 +96,14 @@ def mark_best(columns: list[Column], rows: list[Row]) -> list[Row]:
 
 def baseline_index(variants: list[Variant], baseline: Mapping[str, Any] | None) -> int | None:
     """The row whose runs all chose every option of ``baseline`` (``{"activation": "relu"}``,
-    declared by the study), or None."""
+    declared by the study) -- of several (split by a setting), the one with most runs -- or
+    None."""
     if not baseline:
         return None
-    for i, variant in enumerate(variants):
-        if all(all(str(r["choices"].get(g)) == str(o) for g, o in baseline.items())
-               for r in variant.records):
-            return i
-    return None
+    matching = [i for i, variant in enumerate(variants)
+                if all(all(str(r["choices"].get(g)) == str(o) for g, o in baseline.items())
+                       for r in variant.records)]
+    return max(matching, key=lambda i: len(variants[i].records), default=None)
 
 
 def mark_significant(columns: list[Column], rows: list[Row], baseline: int) -> list[Row]:
@@ -159,14 +164,15 @@ def build_table(experiment: str, variants: list[Variant],
     lines = () if comparison is None else summary(
         columns, rows, [_seed_rows(v, columns, metrics, loss_data, comparison) for v in variants],
         paper)
-    labels = [_data_label(r) for v in variants for r in v.on(loss_data)]
+    loss_runs = [r for v in variants for r in v.on(loss_data)]
+    labels = [_data_label(r) for r in loss_runs]
     return Table(experiment=experiment, columns=tuple(columns), rows=tuple(rows),
                  loss_data=labels[0] if labels else loss_data,
                  baseline=None if reference is None else variants[reference].label,
                  noise_floor=() if reference is None else noise_floors(columns, rows, reference),
                  comparisons=0 if reference is None else len(rows) - 1,
                  notes=column_notes(variants, metrics, loss_data, rows, comparison),
-                 summary=lines)
+                 summary=lines, final_at=final_at(loss_runs))
 
 
 def _seed_rows(variant: Variant, columns: list[Column], metrics: list[Metric], loss_data: str,

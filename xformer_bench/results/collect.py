@@ -1,17 +1,21 @@
 """Find the run records under a results folder: load, validate, de-duplicate.
 
-A file that is not a valid record (truncated JSON, missing keys) is reported and skipped; it
-never stops the others from being read.
+A file that is not a valid record (truncated JSON, missing keys, a malformed ``history``, a
+``finished`` run without a finite primary metric) is reported and skipped; it never stops the
+others from being read.  A JSON object with neither ``schema`` nor ``run_id`` (a benchmark's
+output under ``results/bench``) is no run record at all: only counted (``Collection.foreign``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xformer_bench.results.record import SCHEMA_VERSION, check_shapes, upgrade, validate
+from xformer_bench.results.record import (SCHEMA_VERSION, check_shapes, unmeasured, upgrade,
+                                          validate)
 
 TIMING_FILE = "timing.json"
 """A study's calibrated timing pass (:mod:`~xformer_bench.results.speed`), beside its records."""
@@ -23,11 +27,16 @@ class Skipped:
     reason: str
 
 
+class NotARecord(ValueError):
+    """A JSON object that does not claim to be a run record (no ``schema``, no ``run_id``)."""
+
+
 @dataclass
 class Collection:
     records: list[dict[str, Any]] = field(default_factory=list)  # one per run_id, by run_id
     skipped: list[Skipped] = field(default_factory=list)
     duplicates: list[Path] = field(default_factory=list)         # older copies left out
+    foreign: list[Path] = field(default_factory=list)            # JSON that is no run record
 
     def experiments(self) -> list[str]:
         return sorted({r["experiment"] for r in self.records})
@@ -57,12 +66,30 @@ def read_record(path: Path) -> dict[str, Any]:
         raise ValueError(f"unreadable JSON ({error})") from error
     if not isinstance(payload, dict):
         raise ValueError(f"a JSON {type(payload).__name__}, not a run record")
+    if "schema" not in payload and "run_id" not in payload:
+        raise NotARecord("no schema, no run_id")
     payload = upgrade(payload)
     validate(payload)
     if payload["schema"] != SCHEMA_VERSION:
         raise ValueError(f"schema {payload['schema']!r}, this reader knows {SCHEMA_VERSION}")
     check_shapes(payload)
+    check_history(payload.get("history") or [])
+    missed = unmeasured(payload) if payload["status"] == "finished" else None
+    if missed:
+        raise ValueError(f"finished but {missed}")
     return payload
+
+
+def check_history(history: list[Any]) -> None:
+    """``ValueError`` naming the first validation point the curves cannot read: each is an
+    object with a finite number ``step``."""
+    for i, point in enumerate(history):
+        step = point.get("step") if isinstance(point, dict) else None
+        if (isinstance(step, bool) or not isinstance(step, (int, float))
+                or not math.isfinite(step)):
+            raise ValueError(f"'history' point {i} has step {step!r}, not a finite number"
+                             if isinstance(point, dict) else
+                             f"'history' point {i} is {point!r:.40}, not an object with a step")
 
 
 def collect(results_dir: Path, exclude: tuple[Path, ...] = ()) -> Collection:
@@ -72,6 +99,9 @@ def collect(results_dir: Path, exclude: tuple[Path, ...] = ()) -> Collection:
     for path in record_paths(results_dir, exclude):
         try:
             record = read_record(path)
+        except NotARecord:
+            found.foreign.append(path)
+            continue
         except ValueError as error:
             found.skipped.append(Skipped(path, str(error)))
             continue

@@ -1,7 +1,8 @@
 """The run record: one JSON file per run, written atomically, read by ``make table``.
 
-Its identity (``run_id``) is a hash of the resolved configuration less where files live and
-how the run is logged, so re-running the same configuration replaces its record instead of
+Its identity (``run_id``) is a hash of what the resolved configuration computes (each key's
+declaration says whether it does: :mod:`xformer_bench.schema.identity`), so re-running the same
+configuration -- with or without a progress bar or checkpoints -- replaces its record instead of
 adding a second one.
 
 Schema 2 records say what their task measured: ``task``, ``metrics`` (the task's
@@ -24,26 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from xformer_bench.metric_spec import BITS_PER, MetricSpec
+from xformer_bench.schema.identity import computing_part, outside_identity
 
 SCHEMA_VERSION = 2
 STATUSES = ("finished", "diverged", "failed", "interrupted")
 """``finished`` only when the run measured what it promised (:func:`unmeasured`); tables average
 finished runs only."""
-IDENTITY_EXCLUDED = ("paths", "logger", "resume", "skip_completed", "baseline", "sweep",
-                     "match_params", "allowed_differences", "controls", "ladders", "ladder",
-                     "param_budget", "reference", "rows_from", "scaled_rows", "paper_row",
-                     "option_settings")
-"""Keys that do not change what a run computes: where files go, how it is logged, and a study's
-declarations (its sweep list, its baseline row, its parameter-matching request: the widths the
-match solves are in ``model`` and count there; the differences from the baseline it accepts;
-the rows it declares controls; its ablation ladders, and the ladder rung a run was made for:
-a rung two ladders share, or a study's row, is one run; its parameter budget; the published
-table it is set beside, the table its rows come from, their overrides at its scale, and the
-paper row a run was made for: the row's overrides are in the run's own config; the settings it
-gives one option of a group: those are in that option's config)."""
-
-DESCRIPTIVE_ONLY = frozenset({"family"})
-"""Option keys that describe an option and were added after records existed: never hashed."""
+IDENTITY_EXCLUDED = tuple(k for k, keys in outside_identity().items() if keys is None)
+"""Top-level keys and groups wholly outside the run id: each declaration says whether its key
+changes what a run computes (:mod:`xformer_bench.schema.identity`) -- where files go, how the
+run is shown, logged, checkpointed and resumed, and a study's declarations (its sweep, baseline,
+parameter-matching request: the widths the match solves are in ``model`` and count there; the
+published table beside it; the ladder rung or paper row a run was made for: their overrides are
+in the run's own config; the settings it gives one option of a group: those are in that
+option's config)."""
 
 IDENTITY_NEUTRAL = {
     "model": {"residual": "add", "residual_attention": False, "checkpointing": False,
@@ -54,7 +49,7 @@ IDENTITY_NEUTRAL = {
     "stack": {"name": "standard", "label": "Standard stack"},
     "embedding": {"name": "lookup", "label": "Lookup embedding"},
     "head": {"name": "softmax", "label": "Softmax", "tie": True},
-    "trainer": {"checkpoint_every": None, "compile": False},
+    "trainer": {"compile": False},
     "data": {"resize": "crop", "crop_scale": [0.08, 1.0], "crop_ratio": [0.75, 4 / 3],
              "flip": 0.5,  # data=imagenet's augmentation keys (issue 26)
              "val_subsample": None},
@@ -174,10 +169,7 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
 def identity_config(config: dict[str, Any]) -> dict[str, Any]:
     """The part of ``config`` that changes the result: what the run id hashes (and what a
     checkpoint carries, to refuse resuming another configuration)."""
-    essential = {k: v for k, v in config.items() if k not in IDENTITY_EXCLUDED}
-    for group, node in essential.items():  # a family names the option's kind, not its compute
-        if isinstance(node, dict) and DESCRIPTIVE_ONLY & node.keys():
-            essential[group] = {k: v for k, v in node.items() if k not in DESCRIPTIVE_ONLY}
+    essential = computing_part(config)
     for group, neutral in IDENTITY_NEUTRAL.items():
         if isinstance(essential.get(group), dict):
             essential[group] = {k: v for k, v in essential[group].items()
@@ -245,8 +237,12 @@ def check_shapes(record: dict[str, Any]) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """The record in ``path``, as schema 2 (:func:`upgrade`)."""
-    record = upgrade(json.loads(Path(path).read_text()))
+    """The record in ``path``, as schema 2 (:func:`upgrade`); ``ValueError`` for a file that is
+    not one (not JSON, not an object, a required key missing)."""
+    payload = json.loads(Path(path).read_text())
+    if not isinstance(payload, dict):
+        raise ValueError(f"it holds a JSON {type(payload).__name__}, not a run record (an object)")
+    record = upgrade(payload)
     validate(record)
     return record
 
@@ -259,12 +255,26 @@ def results_path(config: dict[str, Any], run_id: str) -> Path:
 def finished_record(config: dict[str, Any], choices: dict[str, str]) -> dict[str, Any] | None:
     """The record of this configuration if it already ran to the end, else None.
 
-    Diverged, failed and interrupted runs (and unreadable records) count as not done.
+    Diverged, failed and interrupted runs count as not done; so does a file at the record's
+    path that is not this run's record -- unreadable, or another run's (its own ``run_id``, or
+    the id its own config hashes to, is not the path's: a record copied or edited there would
+    otherwise put another run's number in this run's row).  Such a file is named in one line;
+    the run then replaces it.
     """
-    path = results_path(config, run_identity(config, choices))
+    run_id = run_identity(config, choices)
+    path = results_path(config, run_id)
+    if not path.exists():
+        return None
     try:
         record = load(path)
-    except (OSError, ValueError):
+        own = run_identity(record["config"], record["choices"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        print(f"[xbench] not trusted: {path} ({error}); running {run_id} again")
+        return None
+    if record["run_id"] != run_id or own != run_id:
+        other = record["run_id"] if record["run_id"] != run_id else own
+        print(f"[xbench] not trusted: {path} is the record of {other}, not {run_id}; "
+              "running it again")
         return None
     return record if record["status"] == "finished" else None
 

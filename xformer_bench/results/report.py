@@ -7,13 +7,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from xformer_bench.errors import ConfigError, XbenchError
 from xformer_bench.paper_rows import not_run_lines
 from xformer_bench.results import confounds, csv_table, latex, markdown, regression
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
 from xformer_bench.results.ladder_render import write_ladder_tables
 from xformer_bench.results.ladder_table import study_rows
-from xformer_bench.results.speed import load_timing, with_calibration
+from xformer_bench.results.setups import Study, split_studies
+from xformer_bench.results.speed import load_timings, with_calibration
 from xformer_bench.results.variants import group_variants, repeated_seeds
 
 RENDERERS = {"md": markdown.render, "tex": latex.render, "csv": csv_table.render}
@@ -51,10 +53,13 @@ def study_allowed_differences(experiment: str) -> tuple[str, ...]:
 
 def study_reference(experiment: str):
     """The published table a study is set beside (``reference: narang2021_table1``: a shipped
-    :mod:`xformer_bench.references` table), or None."""
-    from xformer_bench.references import load
+    :mod:`xformer_bench.references` table), or None; :class:`ConfigError` for one not shipped."""
+    from xformer_bench.references import load, names
 
     name = _declared(experiment, "reference")
+    if name and str(name) not in names():
+        raise ConfigError(f"{study_path(experiment)} declares reference: {name}, no shipped "
+                          f"reference table; shipped: {', '.join(names())}")
     return load(str(name)) if name else None
 
 
@@ -62,59 +67,98 @@ class UnknownExperimentError(LookupError):
     """An experiment was asked for that no record belongs to."""
 
 
+class NoRecordsError(XbenchError):
+    """No valid run record under the results folder."""
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
 def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (),
-                plots: bool = True, log: Callable[[str], None] = _stderr) -> list[Path]:
+                plots: bool = True, log: Callable[[str], None] = _stderr,
+                allow_empty: bool = False) -> list[Path]:
     """Write the tables (and plots) of ``experiments`` (default: all); return the files.  The
     shipped references' records (``<results_dir>/reference/``) are not this results folder's
-    runs: each reference is its own results folder (``make table`` renders each)."""
+    runs: each reference is its own results folder (``make table`` renders each).  An
+    experiment's runs on another dataset at another scale get a table of their own, named in
+    one warning (:func:`~xformer_bench.results.setups.split_studies`).  No valid record is
+    :class:`NoRecordsError`, but with ``allow_empty`` when there is no record at all (one
+    ``log`` line, nothing written)."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     tables = () if results_dir.resolve().is_relative_to(out_dir.resolve()) else (out_dir,)
-    found = collect(results_dir, exclude=(*tables, results_dir / "tables",
-                                          results_dir / "reference"))
+    exclude = (*tables, results_dir / "tables", results_dir / "reference")
+    found = collect(results_dir, exclude=exclude)
     for skipped in found.skipped:
         log(f"skipped {skipped.path}: {skipped.reason}")
     for path in found.duplicates:
         log(f"skipped {path}: an older record of the same run_id")
+    if found.foreign:
+        folders = sorted({str(path.parent) for path in found.foreign})
+        log(f"ignored {len(found.foreign)} JSON file(s) that are no run records (no schema, "
+            f"no run_id) in {', '.join(folders)}")
+    if not found.records:
+        if allow_empty and not found.skipped:
+            log(f"no run records under {results_dir} yet: no tables to make")
+            return []
+        raise NoRecordsError(f"no valid run records under {results_dir}"
+                             + (f" ({len(found.skipped)} skipped, named above)"
+                                if found.skipped else ""))
     unknown = sorted(set(experiments) - set(found.experiments()))
     if unknown:
         raise UnknownExperimentError(
             f"no records for experiment(s) {unknown} under {results_dir}; "
             f"found {found.experiments()}")
+    timings = load_timings(results_dir, log, exclude)
     written: list[Path] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     for experiment in sorted(experiments or found.experiments()):
-        rows = study_rows(found.of(experiment))  # a ladder's inner rungs: its ladder table
-        variants = group_variants(with_calibration(rows,  # Step/s: timing.json
-                                                   load_timing(results_dir, experiment)))
-        for warning in repeated_seeds(variants):
-            log(f"warning: {experiment}: {warning}")
-        table = build_table(experiment, variants, study_baseline(experiment),
-                            study_allowed_differences(experiment), study_reference(experiment))
+        main, *apart = split_studies(experiment, found.of(experiment))
+        for study in apart:  # another dataset at another scale: not beside the study's
+            log(f"warning: {experiment}: {study.apart}: not set beside them; "
+                f"their own table, {study.name}")
+        for study in (main, *apart):
+            written += _study_tables(experiment, study, study is main, out_dir,
+                                     timings.get(experiment, {}), results_dir, plots, log)
+    return written
+
+
+def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
+                  timing: dict, results_dir: Path, plots: bool,
+                  log: Callable[[str], None]) -> list[Path]:
+    """The files of one study's table; ``whole``: the experiment's own (with its paper
+    reference, rows not run, regression guard and ladders), else runs set apart from it."""
+    rows = study_rows(study.records)  # a ladder's inner rungs: its ladder table
+    variants = group_variants(with_calibration(rows, timing))  # Step/s: timing.json
+    for warning in repeated_seeds(variants):
+        log(f"warning: {study.name}: {warning}")
+    table = build_table(study.name, variants, study_baseline(experiment),
+                        study_allowed_differences(experiment),
+                        study_reference(experiment) if whole else None)
+    if whole:
         table = replace(table, summary=(*table.summary, *not_run_lines(experiment, rows)))
-        for row in table.rows:  # one line per row that differs in what the study did not declare
-            line = confounds.warning(experiment, row.label, list(row.differences))
-            if line:
-                log(f"warning: {line}")
-        base = out_dir / experiment.replace("/", "_")
-        for suffix, render in RENDERERS.items():
-            path = base.with_name(f"{base.name}.{suffix}")
-            path.write_text(render(table), encoding="utf-8", newline="\n")
-            written.append(path)
-        expected = regression.expected_path(results_dir)  # a shipped reference's guard
-        if expected is not None:
-            moved, recorded = regression.guard(table, expected)
-            for line in moved:
-                log(f"warning: {line}")
-            written += [expected] if recorded else []
-        written += write_ladder_tables(experiment, found.of(experiment), base,  # its ladders
+    for row in table.rows:  # one line per row that differs in what the study did not declare
+        line = confounds.warning(study.name, row.label, list(row.differences))
+        if line:
+            log(f"warning: {line}")
+    base = out_dir / study.name.replace("/", "_")
+    written: list[Path] = []
+    for suffix, render in RENDERERS.items():
+        path = base.with_name(f"{base.name}.{suffix}")
+        path.write_text(render(table), encoding="utf-8", newline="\n")
+        written.append(path)
+    expected = regression.expected_path(results_dir)  # a shipped reference's guard
+    if whole and expected is not None:
+        moved, recorded = regression.guard(table, expected)
+        for line in moved:
+            log(f"warning: {line}")
+        written += [expected] if recorded else []
+    if whole:
+        written += write_ladder_tables(experiment, study.records, base,  # its ladders
                                        _declared(experiment, "ladders"),
                                        study_baseline(experiment), log)
-        if plots:
-            from xformer_bench.results.plots import write_plots
+    if plots:
+        from xformer_bench.results.plots import write_plots
 
-            written += write_plots(table, variants, base)
+        written += write_plots(table, variants, base)
     return written

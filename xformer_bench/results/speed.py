@@ -12,6 +12,8 @@ Step/s column (:mod:`~xformer_bench.results.columns`) takes the speed from it wh
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +30,50 @@ def row_identity(config: dict[str, Any]) -> str:
     return run_identity({**config, "seed": None}, {}).rsplit("_", 1)[1]
 
 
-def load_timing(results_dir: Path, experiment: str) -> dict[str, dict[str, Any]]:
-    """The calibrated rows of ``experiment`` by :func:`row_identity`: every ``timing.json``
-    under ``results_dir`` that names it, merged (the newest measurement of a row wins)."""
+def check_timing(payload: Any) -> None:
+    """``ValueError`` naming what of a timing pass the table cannot read: an object with an
+    ``experiment`` name and ``rows``, each with a finite ``steps_per_sec`` and ``iqr`` and its
+    ``rates``; ``conditions``, if any, an object."""
+    if not isinstance(payload, dict):
+        raise ValueError(f"a JSON {type(payload).__name__}, not a timing pass")
+    if not (isinstance(payload.get("experiment"), str) and isinstance(payload.get("rows"), dict)):
+        raise ValueError("no 'experiment' name or no 'rows' object")
+    if not isinstance(payload.get("conditions"), (dict, type(None))):
+        raise ValueError(f"'conditions' is a {type(payload['conditions']).__name__}")
+    for key, row in payload["rows"].items():
+        numbers = [row.get(k) for k in ("steps_per_sec", "iqr")] if isinstance(row, dict) else []
+        if not (numbers and all(isinstance(n, (int, float)) and not isinstance(n, bool)
+                                and math.isfinite(n) for n in numbers)
+                and isinstance(row.get("rates"), list)):
+            raise ValueError(f"row {key!r} lacks a finite steps_per_sec, iqr or its rates")
+
+
+def load_timings(results_dir: Path, log: Callable[[str], None],
+                 exclude: tuple[Path, ...] = ()) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per experiment, its calibrated rows by :func:`row_identity`: every ``timing.json``
+    under ``results_dir`` (less the ``exclude`` d folders) that names it, merged (the newest
+    measurement of a row wins).  One that cannot be read is named in one ``log`` line and
+    left out: its rows' Step/s comes from their runs."""
+    excluded = [p.resolve() for p in exclude]
     found = []
-    for path in Path(results_dir).rglob(TIMING_FILE):
+    for path in sorted(Path(results_dir).rglob(TIMING_FILE)):
+        if any(path.resolve().is_relative_to(f) for f in excluded):
+            continue
         try:
             payload = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            check_timing(payload)
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            reason = (f"unreadable JSON ({error})" if isinstance(error, json.JSONDecodeError)
+                      else str(error))
+            log(f"skipped {path}: {reason}; Step/s from the runs' own timings")
             continue
-        if isinstance(payload, dict) and payload.get("experiment") == experiment:
-            found.append(payload)
-    rows: dict[str, dict[str, Any]] = {}
+        found.append(payload)
+    by_experiment: dict[str, dict[str, dict[str, Any]]] = {}
     for payload in sorted(found, key=lambda p: str(p.get("measured_at"))):
         settings = {k: payload.get(k) for k in ("repeats", "steps", "conditions")}
-        rows.update({key: {**row, **settings} for key, row in payload.get("rows", {}).items()})
-    return rows
+        by_experiment.setdefault(payload["experiment"], {}).update(
+            {key: {**row, **settings} for key, row in payload["rows"].items()})
+    return by_experiment
 
 
 def with_calibration(records: list[dict[str, Any]],

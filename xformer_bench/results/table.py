@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xformer_bench.results.final_validation import UNKNOWN
 from xformer_bench.results.significance import ALPHA
 
 SI_PREFIXES = ((12, "T"), (9, "G"), (6, "M"), (3, "K"))
@@ -64,6 +65,7 @@ class Table:
     comparisons: int = 0                  # rows tested against the baseline, per metric
     notes: tuple[str, ...] = ()           # sentences the columns add to the caption
     summary: tuple[str, ...] = ()         # lines under the table (the paper beside it)
+    final_at: str = UNKNOWN               # where "final" was validated (final_validation.final_at)
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,6 @@ def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") ->
                    f"{', '.join(untestable)}.")
     return (f"{table.experiment}: mean{plus_minus}std (sample) over finished seeds; "
             f"Seeds: finished/total runs on {table.loss_data}; early/final loss: validation "
-            f"loss on {table.loss_data} at 1/8 and at the end of training; "
+            f"loss on {table.loss_data} at 1/8 of training and at {table.final_at}; "
             f"best per metric in bold; {missing}: not measured.{tested}"
             + "".join(f" {sentence}" for sentence in table.notes))

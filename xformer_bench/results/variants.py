@@ -2,7 +2,9 @@
 
 A row is keyed by what VARIES across the experiment: the component groups (model, attention,
 norm, activation, position, ffn, ...) whose choice differs between records, plus any other
-override (``optim.lr=1e-3``) that differs, so two configurations are never averaged as seeds.
+override (``optim.lr=1e-3``) that differs, plus any setting the runs of one row on one dataset
+still differ in (:mod:`~xformer_bench.results.setups`: ``trainer.max_steps``, ``data.path``),
+so two configurations are never averaged as seeds.
 The dataset is not part of the key: each dataset is a column, and what differs only between
 datasets (their sizes, a preset per domain) is not either.
 """
@@ -61,16 +63,23 @@ def row_groups(records: list[dict[str, Any]]) -> list[str]:
     return sorted(groups, key=group_order)
 
 
-def _facets(record: dict[str, Any], groups: list[str]) -> dict[str, str]:
+def _facets(record: dict[str, Any], groups: list[str],
+            settings: Sequence[str] = ()) -> dict[str, str]:
     facets = {g: str(record["choices"].get(g) or "") for g in groups}
     facets.update(extra_overrides(record))
+    if settings:
+        from xformer_bench.results.setups import setting
+
+        own = setting(record)
+        facets.update({k: own.get(k, "") for k in settings})
     return facets
 
 
-def varying_facets(records: list[dict[str, Any]]) -> list[str]:
-    """Row groups that differ between records of one dataset (in group order), then such
-    override keys.  What differs only from one dataset to another (``data.resolution=8`` on
-    CIFAR-10, ``model=vit`` for images) describes the column, not the row."""
+def _facet_names(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The row groups, then override keys, that differ between records of one dataset; and
+    the settings that still tell apart records those leave in one row on one dataset."""
+    from xformer_bench.results.setups import unlike_settings
+
     groups = row_groups(records)
     facets = [(data_of(r), _facets(r, groups)) for r in records]
     names = groups + sorted({k for _, f in facets for k in f} - set(groups))
@@ -81,7 +90,20 @@ def varying_facets(records: list[dict[str, Any]]) -> list[str]:
             values.setdefault(data, set()).add(f.get(name, ""))
         return any(len(v) > 1 for v in values.values())
 
-    return [n for n in names if varies(n)]
+    varying = [n for n in names if varies(n)]
+    rows: dict[tuple, list[dict[str, Any]]] = {}
+    for record, (data, f) in zip(records, facets):
+        rows.setdefault((data, *(f.get(n, "") for n in varying)), []).append(record)
+    return varying, [k for k in unlike_settings(rows.values()) if k not in varying]
+
+
+def varying_facets(records: list[dict[str, Any]]) -> list[str]:
+    """Row groups that differ between records of one dataset (in group order), then such
+    override keys, then the settings that still tell such records apart.  What differs only
+    from one dataset to another (``data.resolution=8`` on CIFAR-10, ``model=vit`` for images)
+    describes the column, not the row."""
+    varying, settings = _facet_names(records)
+    return varying + settings
 
 
 def label_of(record: dict[str, Any], key: Key) -> str:
@@ -152,19 +174,28 @@ def paper_label(records: Sequence[dict[str, Any]]) -> str | None:
 
 def _paper_order(records: list[dict[str, Any]]) -> list[str]:
     """The row labels of the published table the runs' rows come from (``rows_from``)."""
+    from xformer_bench.errors import ConfigError
     from xformer_bench.references import load
+    from xformer_bench.references import names as shipped
 
-    names = {r["config"].get("rows_from") for r in records} - {None}
-    return [row.label for row in load(str(names.pop())).rows] if len(names) == 1 else []
+    names = {str(r["config"]["rows_from"]) for r in records if r["config"].get("rows_from")}
+    unknown = sorted(names - set(shipped()))
+    if unknown:
+        run = next(r["run_id"] for r in records
+                   if str(r["config"].get("rows_from")) == unknown[0])
+        raise ConfigError(f"rows_from: {unknown[0]} (run {run}) is no shipped reference table; "
+                          f"shipped: {', '.join(shipped())}")
+    return [row.label for row in load(names.pop()).rows] if len(names) == 1 else []
 
 
 def group_variants(records: list[dict[str, Any]]) -> list[Variant]:
     """The experiment's variants, in sweep order when declared, else by label; rows made for a
     published table's rows are labelled and ordered as the paper prints them."""
-    varying, groups = varying_facets(records), row_groups(records)
+    (varying, settings), groups = _facet_names(records), row_groups(records)
+    varying = varying + settings
     by_key: dict[Key, list[dict[str, Any]]] = {}
     for record in records:
-        facets = _facets(record, groups)
+        facets = _facets(record, groups, settings)
         by_key.setdefault(tuple((n, facets.get(n, "")) for n in varying), []).append(record)
     sweep = sweep_order(records)
     named = _naming_facets(list(by_key), varying, groups, sweep)

@@ -222,4 +222,4 @@ OPTIONS = {
 
 ATTENTION = Group("attention", common={
     **NAMED, "family": Choice("the option's family of efficient attention (Tay et al. 2022)",
-                              FAMILIES)}, options=OPTIONS)
+                              FAMILIES, computes=False)}, options=OPTIONS)

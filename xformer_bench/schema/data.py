@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from xformer_bench.schema.group import NAMED, Group
 from xformer_bench.schema.keys import Bool, Choice, Float, Int, Seq, Text
+from xformer_bench.schema.shapes import TASKS
 
 SPLITS = Seq("the train, val and test fractions of the corpus",
              item=Float("", 0, 1, open_lo=True, open_hi=True), length=3, total=1.0,
@@ -23,7 +24,7 @@ DATA = Group("data", common={
     "seq_len": Int("the model's input length", 1),
     "batch_size": Int("training examples (windows, sentence pairs) per step", 1),
     "eval_batch_size": Int("examples per evaluation batch", 1),
-    "num_workers": Int("DataLoader worker processes", 0),
+    "num_workers": Int("DataLoader worker processes", 0, computes=False),  # batches by step
     "val_subsample": Int("evaluation batches scored at each validation before the last (the "
                          "split's first ones); the last and the test score the whole split", 1,
                          null="the whole split at every validation"),
@@ -130,6 +131,12 @@ def given(node: dict) -> str | None:
         if condition is None or node.get(condition[0]) == condition[1]:
             return kind
     return None
+
+
+def task_of(node: dict) -> str | None:
+    """The task that trains on the data ``node`` (``lm``, ``classify``, ``translate``), read
+    from its declared shape without building it (None: a dataset without a declaration)."""
+    return TASKS.get(given(node))
 
 
 def fitting(kinds: tuple[str, ...]) -> list[str]:

@@ -16,11 +16,13 @@ NAMED = {
 @dataclass(frozen=True)
 class Group:
     """``common``: the keys of every option (or, for a group whose node has no ``name`` --
-    ``trainer`` -- of the group); ``options``: each option's own keys, by its ``name``."""
+    ``trainer`` -- of the group); ``options``: each option's own keys, by its ``name``;
+    ``computes``: whether its choice can change what a run computes."""
 
     name: str
     common: dict[str, Key]
     options: dict[str, dict[str, Key]] = field(default_factory=dict)
+    computes: bool = True  # False: no key of it changes what a run computes (``logger``)
 
     @property
     def named(self) -> bool:

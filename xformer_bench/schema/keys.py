@@ -44,11 +44,15 @@ def _number(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Key:
-    """A key's declaration; ``null`` says what null means where the key may be null."""
+    """A key's declaration; ``null`` says what null means where the key may be null;
+    ``computes=False`` marks a key that changes nothing a run computes (how it is shown,
+    logged, checkpointed, resumed or where its files go): outside the run id
+    (:mod:`xformer_bench.schema.identity`)."""
 
     meaning: str
     null: str | None = field(default=None, kw_only=True)
     says: str | None = field(default=None, kw_only=True)  # the range in words, when not derived
+    computes: bool = field(default=True, kw_only=True)
 
     def accepts(self, value: Any) -> bool:
         if value is None:

@@ -13,5 +13,10 @@ KINDS = {
 }
 """Every input shape, in the words of the error."""
 
+TASKS = {"token_lm": "lm", "pixel_lm": "lm", "token_classes": "classify",
+         "image_classes": "classify", "sentence_pairs": "translate"}
+"""The task (:data:`xformer_bench.tasks.TASK`) that trains on each shape: the ``task`` its
+datamodule names."""
+
 ANY = "any"
 """A preset whose architecture adapts to every shape above (the task builds the assembly)."""

@@ -14,23 +14,23 @@ PUBLISHED = tuple(sorted(p.stem for p in REFERENCES.glob("*.yaml")))
 PRESETS = tuple(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
 
 STUDY = {
-    "baseline": Mapping("the study's baseline row, {GROUP: OPTION}", null="none"),
+    "baseline": Mapping("the study's baseline row, {GROUP: OPTION}", null="none", computes=False),
     "sweep": Mapping("the study's sweep, {KEY: 'a,b,c'} (hydra.sweeper.params reads it)",
-                     null="none"),
+                     null="none", computes=False),
     "allowed_differences": Seq("differences from the baseline row the study accepts (groups, "
-                               "dotted keys)", item=Text(""), null="none"),
+                               "dotted keys)", item=Text(""), null="none", computes=False),
     "ladders": Either("model presets whose ablation ladders the study runs too",
                       (Choice("", ("command_line",)), Seq("", item=Choice("", PRESETS))),
-                      null="none"),
+                      null="none", computes=False),
     "param_budget": Float("the largest fraction a row may exceed the baseline's parameters by",
-                          0, open_lo=True, null="none"),
-    "reference": Choice("the published table set beside the study's", PUBLISHED, null="none"),
+                          0, open_lo=True, null="none", computes=False),
+    "reference": Choice("the published table set beside the study's", PUBLISHED, null="none", computes=False),
     "rows_from": Choice("the published table whose rows the study runs", PUBLISHED,
-                        null="none"),
+                        null="none", computes=False),
     "option_settings": Mapping("a study's keys for one option of a swept group, "
-                               "{GROUP: {OPTION: {KEY: VALUE}}}", null="none"),
+                               "{GROUP: {OPTION: {KEY: VALUE}}}", null="none", computes=False),
     "scaled_rows": Mapping("a published row's overrides at this scale, {LABEL: [OVERRIDE]}",
-                           null="none"),
+                           null="none", computes=False),
 }
 """Declared in ``conf/experiment/``; outside the run's identity (``IDENTITY_EXCLUDED``)."""
 
@@ -39,8 +39,8 @@ PLANNED = {
         "system": Choice("the preset the ladder climbs to", PRESETS),
         "rung": Int("the rung's index, 0 the baseline", 0),
         "name": Text("the rung's change, as the table names it"),
-    }, null="none"),
-    "paper_row": Text("the published row a run was planned for", null="none"),
+    }, null="none", computes=False),
+    "paper_row": Text("the published row a run was planned for", null="none", computes=False),
 }
 """Added by xbench to the runs it plans (``++ladder=...``, ``++paper_row=...``), not written in
 any YAML."""

@@ -21,7 +21,7 @@ EVAL = Node("how validation and test evaluate", keys={
                        "always does)", ("last", "every", "never")),
 })
 
-PATHS = Node("where files live", keys={
+PATHS = Node("where files live", computes=False, keys={
     "data_dir": Text("where datasets are looked for and downloaded"),
     "results_dir": Text("run records: <results_dir>/<experiment_name>/"),
     "checkpoint_dir": Text("resume points: <checkpoint_dir>/<experiment_name>/<run_id>/",
@@ -44,15 +44,16 @@ TOP = {
     "seed": Int("seeds model init, data order and the synthetic corpus", 0, 2 ** 32 - 1),
     "experiment_name": Text("names the results/<experiment_name>/ folder"),
     "resume": Text("auto: continue from this run's own last resume point; else a .ckpt of the "
-                   "same configuration", null="a fresh start"),
-    "skip_completed": Bool("a run whose finished record exists is not run again"),
+                   "same configuration", null="a fresh start", computes=False),
+    "skip_completed": Bool("a run whose finished record exists is not run again",
+                           computes=False),
     "match_params": Node("model.d_ff re-solved to the parameter count of a reference", keys={
         "reference": Mapping("the reference's choices, {GROUP: OPTION}"),
         "tolerance": Float("the largest relative difference in parameters accepted", 0, 1,
                            open_lo=True, open_hi=True),
-    }, null="no matching"),
+    }, null="no matching", computes=False),  # its result is model.d_ff, which counts
     "controls": Mapping("a study's rows kept as full-attention controls, {attention: [OPTION]}",
-                        null="none"),
+                        null="none", computes=False),
     "eval": EVAL,
     "paths": PATHS,
     "optim": OPTIM,

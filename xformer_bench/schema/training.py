@@ -24,15 +24,16 @@ TRAINER = Group("trainer", common={
     "val_checks": Int("evenly spaced validations; the first is the early metric", 1),
     "limit_val_batches": Either("the validation split evaluated: a fraction of it, or a number "
                                 "of batches", (Float("", 0, 1, open_lo=True), Int("", 1))),
-    "log_every_n_steps": Int("steps between logged training metrics", 1),
-    "checkpoint": Bool("a checkpoint at every validation, and last.ckpt"),
+    "log_every_n_steps": Int("steps between logged training metrics", 1, computes=False),
+    "checkpoint": Bool("a checkpoint at every validation, and last.ckpt", computes=False),
     "checkpoint_every": Int("resume=auto: a resume point every N steps too", 1,
-                            null="only before each validation"),
-    "progress_bar": Bool("show the progress bar"),
+                            null="only before each validation", computes=False),
+    "progress_bar": Bool("show the progress bar", computes=False),
     "deterministic": Either("deterministic algorithms only", (Bool(""), Choice("", ("warn",)))),
 })
 
-LOGGER = Group("logger", common={"name": Text("where metrics go: csv, none, wandb")}, options={
+LOGGER = Group("logger", computes=False, common={
+    "name": Text("where metrics go: csv, none, wandb")}, options={
     "csv": {},
     "none": {},
     "wandb": {

@@ -5,6 +5,7 @@ may be."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +40,54 @@ def check_config(config: Mapping[str, Any]) -> None:
         else:
             raise ConfigError(f"{key} is not a config group or key of xbench: remove +{key}=... "
                               "(a new key is declared in xformer_bench/schema/)")
+    check_option_settings(config.get("option_settings") or {})
+    check_memory_evaluation(config)
     check_inputs(config)
+
+
+MEMORY_EVALUATION = {"tgt_len": None, "lanes": None, "warm": False}
+"""``eval`` keys that only a stack with memory reads, at the value that changes nothing."""
+
+
+def check_memory_evaluation(config: Mapping[str, Any]) -> None:
+    """:class:`ConfigError` for an ``eval`` key of a stack with memory (one whose option declares
+    ``mem_len``) set on a stack without: it would be ignored, yet name another run."""
+    stack = (config.get("stack") or {}).get("name")
+    if stack is None or "mem_len" in (GROUPS["stack"].keys_of(stack) or {"mem_len": None}):
+        return
+    evaluation = config.get("eval") or {}
+    for key, inert in MEMORY_EVALUATION.items():
+        if evaluation.get(key, inert) != inert:
+            remembering = ", ".join(o for o, keys in GROUPS["stack"].options.items()
+                                    if "mem_len" in keys)
+            raise ConfigError(f"eval.{key}={shown(evaluation[key])} is for a stack with memory "
+                              f"(stack={remembering}); stack={stack} has none: drop it (or set "
+                              f"eval.{key}={shown(inert)}), or choose such a stack")
+
+
+def check_option_settings(declared: Mapping[str, Any]) -> None:
+    """A study's ``option_settings: {GROUP: {OPTION: {KEY: VALUE}}}`` against the declarations:
+    each option one of its group's, each key one of that option's, each value one its
+    declaration accepts -- whichever option the run chose (a setting for an option no row of
+    this sweep runs is still a typo to name)."""
+    for group_name, by_option in declared.items():
+        group = GROUPS.get(group_name)
+        if group is None or not group.named or not isinstance(by_option, Mapping):
+            raise ConfigError(f"option_settings.{group_name}: expected {{OPTION: {{KEY: VALUE}}}} "
+                              "for a config group of named options")
+        for option, settings in by_option.items():
+            where = f"option_settings.{group_name}.{option}"
+            if option not in group.options:
+                nearest = difflib.get_close_matches(str(option), group.options, n=1)
+                guess = f" (did you mean {nearest[0]}?)" if nearest else ""
+                raise ConfigError(f"{where}: {option} is not an option of {group_name}{guess}")
+            keys = group.keys_of(option) or {}
+            for key, value in (settings or {}).items():
+                if key not in keys or key in ("name", "label"):
+                    own = ", ".join(k for k in keys if k not in ("name", "label"))
+                    raise ConfigError(f"{where}.{key}: {group_name}={option} has no key {key!r} "
+                                      f"(its keys: {own})")
+                _check(f"{where}.{key}", keys[key], value)
 
 
 def _check(path: str, spec: Key, value: Any) -> None:

@@ -30,8 +30,7 @@ from xformer_bench.models.build import build_seq2seq
 from xformer_bench.models.cached_decoding import cache_blocker
 from xformer_bench.tasks import TASK
 from xformer_bench.tasks.base import Task
-from xformer_bench.training.trainer import validation_interval
-from xformer_bench.training.validation_subsample import last_validation_step
+from xformer_bench.training.validation_schedule import validation_steps
 
 BLEU = MetricSpec("bleu", "BLEU", higher_is_better=True, digits=2)
 
@@ -142,8 +141,7 @@ class TranslationTask(Task):
 def build(config: dict, datamodule: L.LightningDataModule) -> TranslationTask:
     """The encoder-decoder the config describes over the data's shared vocabulary."""
     trainer = config["trainer"]
-    last = last_validation_step(trainer["max_steps"],
-                                validation_interval(trainer["max_steps"], trainer["val_checks"]))
+    last = validation_steps(trainer["max_steps"], trainer["val_checks"])[-1]
     return TranslationTask(build_seq2seq(config, datamodule), datamodule, config["optim"],
                            max_steps=trainer["max_steps"], eval_options=config.get("eval") or {},
                            last_validation=last)

@@ -7,9 +7,10 @@ temporary file and renamed (a reader never sees half a file), the last :data:`KE
 start, the newest one that loads is resumed; a truncated or corrupt one is skipped with a
 warning line (the previous one is used).  A checkpoint carries the run id and the resolved
 configuration it was written by, so ``resume=PATH`` to another configuration's checkpoint is a
-one-line error naming the first key that differs.  When the run finishes its resume points
-are deleted (its record is the result; ``trainer.checkpoint=true`` keeps checkpoints for
-sampling).
+one-line error naming the first key that differs, and to a file that is no xbench checkpoint (a
+text file, a plain ``torch.save``) one naming what it lacks -- both before anything trains.
+When the run finishes its resume points are deleted (its record is the result;
+``trainer.checkpoint=true`` keeps checkpoints for sampling).
 """
 
 from __future__ import annotations
@@ -70,6 +71,31 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     return None if a == b else f"{prefix.rstrip('.')}: {a!r} there, {b!r} here"
 
 
+GIVE = "give a .ckpt an xbench run wrote, resume=auto (this run's own latest) or drop resume="
+LIGHTNING_KEYS = ("pytorch-lightning_version", "state_dict")
+
+
+def written_identity(path: Path) -> dict[str, Any]:
+    """The identity the xbench checkpoint ``path`` carries; a ConfigError naming the file and
+    what it lacks when it does not load, is no Lightning checkpoint or no xbench run's."""
+    try:
+        state = _load(path)
+    except Exception as error:  # noqa: BLE001 -- any reason a file does not load
+        reason = f"{type(error).__name__}: {error}".splitlines()[0].split(". ")[0][:100]
+        raise ConfigError(f"resume={path}: not a checkpoint torch can load ({reason}); "
+                          f"{GIVE}") from None
+    missing = [k for k in LIGHTNING_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ConfigError(f"resume={path} is not a Lightning checkpoint (no {missing[0]}: a "
+                          f"plain torch.save?); {GIVE}")
+    stamp = state.get("xbench")
+    identity = stamp.get("identity") if isinstance(stamp, dict) else None
+    if not isinstance(identity, dict):
+        raise ConfigError(f"resume={path} is a Lightning checkpoint but no xbench run's (it "
+                          f"carries no xbench identity); {GIVE}")
+    return identity
+
+
 def resume_path(config: dict[str, Any], run_id: str, identity: dict[str, Any],
                 warn=print) -> str | None:
     """The checkpoint this run continues from: ``resume=auto`` its own newest valid one (or
@@ -84,15 +110,9 @@ def resume_path(config: dict[str, Any], run_id: str, identity: dict[str, Any],
         return None if found is None else str(found)
     path = Path(resume)
     if not path.is_file():
-        raise ConfigError(f"resume={resume}: no such checkpoint; give a .ckpt file, "
-                          "resume=auto (this run's own latest) or drop resume=")
-    try:
-        written_by = (_load(path).get("xbench") or {})
-    except Exception as error:  # noqa: BLE001
-        raise ConfigError(f"resume={resume}: the checkpoint does not load "
-                          f"({type(error).__name__}); give another or drop resume=") from None
-    theirs = written_by.get("identity")
-    if theirs is not None and theirs != identity:
+        raise ConfigError(f"resume={resume}: no such checkpoint; {GIVE}")
+    theirs = written_identity(path)
+    if theirs != identity:
         raise ConfigError(f"resume={resume} was written by another configuration "
                           f"({_first_difference(theirs, identity)}); run with its settings "
                           "or drop resume=")
@@ -103,18 +123,18 @@ class RunCheckpoints(L.Callback):
     """Writes the resume points (see the module docstring) and stamps every checkpoint the
     run saves with its identity."""
 
-    def __init__(self, folder: Path, periodic: bool, every: int | None, validate_every: int,
-                 identity: dict[str, Any]):
+    def __init__(self, folder: Path, periodic: bool, every: int | None,
+                 validation_steps: list[int], identity: dict[str, Any]):
         self.folder, self.periodic = folder, periodic
-        self.every, self.validate_every = every, validate_every
+        self.every, self.validation_steps = every, frozenset(validation_steps)
         self.identity = json.loads(json.dumps(identity, default=str))  # plain types only
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         checkpoint["xbench"] = {"identity": self.identity}
 
-    def validates_at(self, step: int, max_steps: int) -> bool:
+    def validates_at(self, step: int) -> bool:
         """Whether a validation follows optimiser step ``step``."""
-        return step % self.validate_every == 0 or step >= max_steps
+        return step in self.validation_steps
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Every ``checkpoint_every`` steps -- unless a validation follows: a point saved before
@@ -123,7 +143,7 @@ class RunCheckpoints(L.Callback):
         step = trainer.global_step
         if (not self.periodic or self.every is None or step % self.every
                 or (batch_idx + 1) % trainer.accumulate_grad_batches
-                or self.validates_at(step, trainer.max_steps)):
+                or self.validates_at(step)):
             return
         self.save(trainer)
 

@@ -64,7 +64,7 @@ class Preemption(L.Callback):
     """Turns the signals of the module docstring into a saved, recorded stop."""
 
     def __init__(self, save: Callable[[L.Trainer], Path],
-                 validates_at: Callable[[int, int], bool], auto: bool = True):
+                 validates_at: Callable[[int], bool], auto: bool = True):
         self.save, self.validates_at, self.auto = save, validates_at, auto
         self.received: int | None = None
         self._previous: dict[int, object] = {}
@@ -85,8 +85,7 @@ class Preemption(L.Callback):
         if self.received is None or (batch_idx + 1) % trainer.accumulate_grad_batches:
             return
         # Before a validation, stop without a point: one saved here would resume after it.
-        self._stop(trainer, None if self.validates_at(trainer.global_step, trainer.max_steps)
-                   else self.save(trainer))
+        self._stop(trainer, None if self.validates_at(trainer.global_step) else self.save(trainer))
 
     def on_validation_batch_end(self, trainer, pl_module, *args) -> None:
         if self.received is not None and not trainer.sanity_checking:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import lightning as L
@@ -10,23 +9,20 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from xformer_bench.hardware import resolve_precision
-
-
-def validation_interval(max_steps: int, val_checks: int) -> int:
-    """Optimizer steps between validations: ``val_checks`` evenly spaced, the last at the end."""
-    return max(1, math.ceil(max_steps / max(val_checks, 1)))
+from xformer_bench.training.validation_schedule import validate_after, validation_steps
 
 
 def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callback],
                   run_dir: Path) -> L.Trainer:
+    """The Trainer of the config group, validating after the steps of
+    :func:`~xformer_bench.training.validation_schedule.validation_steps`."""
     t = dict(trainer)
     accumulate = t["accumulate_grad_batches"]
-    interval = validation_interval(t["max_steps"], t["val_checks"])
-    if t["checkpoint"]:  # at every validation, kept, plus last.ckpt: `resume=...` continues one
+    if t["checkpoint"]:  # after every validation, kept, plus last.ckpt: `resume=...` continues one
         callbacks = [*callbacks, ModelCheckpoint(
             dirpath=run_dir / "checkpoints", filename="step-{step}", auto_insert_metric_name=False,
-            every_n_train_steps=interval, save_top_k=-1, save_last=True)]
-    return L.Trainer(
+            every_n_epochs=1, save_on_train_epoch_end=False, save_top_k=-1, save_last=True)]
+    built = L.Trainer(
         accelerator=t["accelerator"],
         devices=t["devices"],
         num_nodes=t["num_nodes"],
@@ -35,7 +31,7 @@ def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callba
         max_steps=t["max_steps"],
         accumulate_grad_batches=accumulate,
         gradient_clip_val=t["gradient_clip_val"] or None,
-        val_check_interval=interval * accumulate,
+        val_check_interval=accumulate,  # unread: validate_after below decides
         check_val_every_n_epoch=None,
         limit_val_batches=t["limit_val_batches"],
         num_sanity_val_steps=0,
@@ -49,3 +45,5 @@ def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callba
         callbacks=callbacks,
         default_root_dir=str(run_dir),
     )
+    validate_after(built, validation_steps(t["max_steps"], t["val_checks"]))
+    return built

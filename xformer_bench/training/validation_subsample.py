@@ -18,15 +18,9 @@ from __future__ import annotations
 import lightning as L
 
 
-def last_validation_step(max_steps: int, interval: int) -> int:
-    """The optimizer step of a run's last validation: every ``interval`` steps up to
-    ``max_steps`` (a run whose ``max_steps`` is not a multiple validates last before it)."""
-    return max_steps // interval * interval
-
-
 class ValidationSubsample(L.Callback):
-    def __init__(self, batches: int | None, validate_every: int):
-        self.batches, self.validate_every = batches, validate_every
+    def __init__(self, batches: int | None, last_validation: int):
+        self.batches, self.last_validation = batches, last_validation  # the last's step
         self.whole: list[int | float] | None = None  # the loop's limits for the whole split
         self.scored: list[dict[str, int]] = []  # per validation: its step and batches scored
 
@@ -43,8 +37,7 @@ class ValidationSubsample(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.whole is None:
             return
-        last = last_validation_step(trainer.max_steps, self.validate_every)
-        final = trainer.global_step >= last
+        final = trainer.global_step >= self.last_validation
         self._loop(trainer)._max_batches = list(self.whole) if final else [
             min(self.batches, whole) for whole in self.whole]
 

@@ -6,6 +6,7 @@ are padded to N, a multiple of the row length l, and laid out as a (N / l, l) gr
 p = n * l + r at row n, column r.  A :class:`Part` groups the queries and the keys each group
 sees, as views of that grid: :class:`Blocks` (each row within itself: fixed A1, axial rows),
 :class:`PreviousRow` (each row against the row before, within l: with Blocks, strided A1),
+:class:`NextRow` (against the row after, within l: with both, bidirectional strided A1),
 :class:`Columns` (the grid transposed, (i - j) mod l = 0: strided A2, axial columns) and
 :class:`Summary` (the last c positions of every row, seen by all: fixed A2).  The exact
 pattern inside a group (causality, the band's extent, the padded tail, key padding) is an
@@ -125,6 +126,21 @@ class PreviousRow(Part):
         return i - j < self.width
 
 
+class NextRow(PreviousRow):
+    """The row after the query's, within l of it: {j : floor(j / l) = floor(i / l) + 1,
+    j - i < l}.  With :class:`Blocks` and :class:`PreviousRow`: the positions within l of the
+    query on either side."""
+
+    def keys(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, N, D) -> (B, H, N/l, l, D)
+        return Part.keys(self, x).roll(-1, dims=2)  # row n holds row n + 1 (the last: never)
+
+    def key_positions(self, n: int, device: torch.device) -> torch.Tensor:  # (N/l, l)
+        return torch.arange(self.width, n + self.width, device=device).view(-1, self.width)
+
+    def allowed(self, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+        return j - i < self.width
+
+
 @dataclass(frozen=True)
 class Columns(Part):
     """The grid transposed: each column attends along itself, {j : (i - j) mod l = 0};
@@ -229,7 +245,7 @@ def attend(parts: tuple[Part, ...], frame: Frame, q: torch.Tensor, k: torch.Tens
             s = s + frame.bias.at(query_index, j.clamp(0, frame.s - 1))
         s = s + additive
         if padding is not None:
-            padded = padding[:, j.clamp(min=0)].unsqueeze(1)  # (B, 1, G, 1, gk)
+            padded = padding[:, j.clamp(0, frame.n - 1)].unsqueeze(1)  # (B, 1, G, 1, gk)
             s = s.masked_fill(padded, blocked_score(s.dtype))
             has_key = (additive == 0) & ~padded  # (B, 1, G, gq, gk)
             padded_seen.append(part.ungroup(has_key.any(-1, keepdim=True)))  # (B, 1, N, 1)
@@ -281,8 +297,10 @@ class FactorizedAttention(AttentionKernel):
             return balanced_width(s, self.keys_per_row())
         return self.stride
 
-    def parts(self, width: int, merged: bool) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
-        """(A1, A2), each one or more parts; with ``merged``, A2 without the keys A1 holds."""
+    def parts(self, width: int, merged: bool, causal: bool
+              ) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
+        """(A1, A2), each one or more parts; with ``merged``, A2 without the keys A1 holds;
+        ``causal``: only the parts with a key at or before a query are needed."""
         raise NotImplementedError
 
     def forward(
@@ -310,7 +328,7 @@ class FactorizedAttention(AttentionKernel):
         if key_padding_mask is not None:
             key_padding_mask = F.pad(key_padding_mask, (0, n - s), value=True)  # (B, N)
         frame = Frame(t, s, n, causal, key_padding_mask, bias)
-        a1, a2 = self.parts(width, merged=self.mode == "merged")
+        a1, a2 = self.parts(width, merged=self.mode == "merged", causal=causal)
         if self.mode == "merged":
             out = attend(a1 + a2, frame, q, k, v)
         elif self.mode == "interleaved":

@@ -82,8 +82,8 @@ class WindowPattern:
 @dataclass(frozen=True)
 class FactorizedPattern:
     """The Sparse Transformer's factorisations (Child et al. 2019, §4.3) on rows of ``width``
-    (l): ``strided`` A1 = {0 <= i - j < l}, A2 = {(i - j) mod l = 0}; ``fixed`` A1 = {floor(j / l)
-    = floor(i / l)}, A2 = {j mod l >= l - c}; combined by ``mode`` as in :mod:`._factorized`
+    (l): ``strided`` A1 = {|i - j| < l} (causal: 0 <= i - j < l), A2 = {(i - j) mod l = 0};
+    ``fixed`` A1 = {floor(j / l) = floor(i / l)}, A2 = {j mod l >= l - c}; combined by ``mode`` as in :mod:`._factorized`
     (merged: A1 u A2; interleaved: A1 at even layers, A2 at odd; multihead: the first ceil(H/2)
     heads A1)."""
 
@@ -104,7 +104,7 @@ class FactorizedPattern:
         def allowed(b, h, q_idx, kv_idx):
             p, j = q_idx + offset, kv_idx
             if self.kind == "strided":
-                a1, a2 = (p - j >= 0) & (p - j < l), (p - j) % l == 0
+                a1, a2 = (p - j < l) & (j - p < l), (p - j) % l == 0
             else:
                 a1, a2 = p // l == j // l, j % l >= l - c
             if self.mode == "merged":

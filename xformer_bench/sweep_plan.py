@@ -1,0 +1,148 @@
+"""The jobs a command line runs, before any of them runs: ``k/N`` progress, ``--dry-run`` and the
+check of every swept value (a study's ``sweep:`` included) all count the same list.
+
+Each job's overrides are made as Hydra's basic sweeper makes them: the composed
+``hydra.sweeper.params`` (a study's ``sweep:``), then the command line (its value wins, in the
+place the study gave the key), crossed.  A command line without ``-m`` is one job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from xformer_bench.config import CONF_DIR
+from xformer_bench.errors import ConfigError
+from xformer_bench.paper_rows import key_of, one_job
+from xformer_bench.preflight import MULTIRUN_FLAGS
+
+
+def task_arguments(argv: Sequence[str]) -> list[str]:
+    """``argv`` less the multirun flag and Hydra's own keys: what a job's overrides come from."""
+    return [a for a in argv if a not in MULTIRUN_FLAGS and not key_of(a).startswith("hydra")]
+
+
+def swept_parameters(argv: Sequence[str]) -> dict[str, str]:
+    """The composed ``hydra.sweeper.params`` of ``argv`` (a study's ``sweep:``), as strings."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    with _hydra():
+        try:
+            config = compose(config_name="config", overrides=one_job(argv),
+                             return_hydra_config=True)
+        except Exception as error:  # noqa: BLE001 -- the preflight names composition errors
+            raise ConfigError(f"cannot compose {' '.join(one_job(argv))}: "
+                              f"{str(error).splitlines()[0]}") from error
+        node = config.hydra.sweeper.get("params")
+        params = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    return {str(k): _as_text(v) for k, v in params.items()}
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return "null" if value is None else str(value)
+
+
+def planned_jobs(argv: Sequence[str]) -> list[list[str]]:
+    """Every job's overrides, in the order Hydra runs them; :class:`ConfigError` (one line) for a
+    sweep Hydra could not enumerate."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    arguments = task_arguments(argv)
+    if not any(a in MULTIRUN_FLAGS for a in argv):
+        return [arguments]
+    params = [f"{k}={v}" for k, v in swept_parameters(argv).items()]
+    with _hydra():
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        try:
+            overrides = parser.parse_overrides([*params, *arguments])
+            [jobs] = BasicSweeper.split_arguments(overrides, None)
+        except HydraException as error:
+            raise ConfigError(f"cannot enumerate the sweep {' '.join(params + arguments)}: "
+                              f"{str(error).splitlines()[0]}") from error
+    return jobs
+
+
+def study_sweeps(argv: Sequence[str]) -> list[str]:
+    """The study's swept keys as ``key=a,b`` overrides (for the preflight to check each value)."""
+    if not any(a in MULTIRUN_FLAGS for a in argv):
+        return []
+    given = {key_of(a) for a in task_arguments(argv)}
+    return [f"{k}={v}" for k, v in swept_parameters(argv).items() if k not in given]
+
+
+class _hydra:
+    """Hydra's global state initialised on ``conf/`` for the block, unless it already is."""
+
+    def __enter__(self) -> None:
+        from hydra import initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+
+        self._context = None
+        if not GlobalHydra.instance().is_initialized():
+            self._context = initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3")
+            self._context.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc)
+
+
+DRY_RUN = "--dry-run"
+"""``xbench -m experiment=X --dry-run``: every planned job, nothing trained."""
+
+
+def job_plan(overrides: Sequence[str]) -> tuple[str | None, str]:
+    """(run id, what a run would do: ``run``, ``skip: already finished`` or ``refused: <line>``)
+    for one job's overrides, through the checks :func:`xformer_bench.cli.run_job` makes."""
+    from hydra import compose
+    from omegaconf import OmegaConf, open_dict
+
+    from xformer_bench.errors import XbenchError
+    from xformer_bench.hardware import resolve_precision
+    from xformer_bench.models.param_match import match_params
+    from xformer_bench.option_settings import apply_option_settings
+    from xformer_bench.results.record import finished_record, run_identity
+    from xformer_bench.schema import check_config
+
+    with _hydra():
+        composed = compose(config_name="config", overrides=list(overrides),
+                           return_hydra_config=True)
+        choices = {k: v for k, v in composed.hydra.runtime.choices.items()
+                   if "/" not in k and "@" not in k}
+        with open_dict(composed):
+            del composed["hydra"]
+        config = OmegaConf.to_container(composed, resolve=True)
+    try:
+        config = apply_option_settings(config, list(overrides))
+        check_config(config)
+        config = resolve_precision(match_params(config, list(overrides)))
+    except XbenchError as error:
+        return None, f"refused: {error}"
+    finished = config.get("skip_completed") and finished_record(config, choices)
+    return run_identity(config, choices), "skip: already finished" if finished else "run"
+
+
+def dry_run_lines(planned: Sequence[tuple[str | None, list[str] | None]],
+                  jobs: Sequence[list[list[str]]]) -> list[str]:
+    """What ``--dry-run`` prints: each planned sweep's title, then each of its jobs -- number,
+    overrides, run id and what a run would do -- and the totals."""
+    total, number, lines, states = sum(map(len, jobs)), 0, [], []
+    for (title, argv), sweep_jobs in zip(planned, jobs):
+        if title:
+            lines.append(f"[xbench] {title}" + (f": xbench {' '.join(argv)}" if argv else ""))
+        for overrides in sweep_jobs:
+            number += 1
+            run_id, state = job_plan(overrides)
+            states.append(state.split(":")[0])
+            lines.append(f"  {number}/{total} {' '.join(overrides) or '(defaults)'}\n"
+                         f"      {run_id or '-'}: {state}")
+    counts = {s: states.count(s) for s in ("run", "skip", "refused")}
+    lines.append(f"[xbench] dry run: {total} jobs: {counts['run']} to run, {counts['skip']} "
+                 f"already finished, {counts['refused']} refused; nothing trained")
+    return lines
