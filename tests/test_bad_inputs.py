@@ -225,7 +225,9 @@ def test_xbench_debug_adds_the_traceback(name, tmp_path, monkeypatch, capfd):
     assert len(errors) == 1 and case.fix in errors[0]
 
 
-@pytest.mark.parametrize("name", ["misspelt key", "heads not dividing d_model", "empty text file"])
+@pytest.mark.parametrize("name", ["misspelt key", pytest.param(
+    "heads not dividing d_model", marks=pytest.mark.slow), pytest.param(
+    "empty text file", marks=pytest.mark.slow)])  # each a subprocess; in-process tests cover all
 def test_end_to_end_a_bad_input_exits_2_without_a_traceback(name, tmp_path):
     case = CATALOGUE[name]
     result = xbench(*_arguments(case, tmp_path), cwd=tmp_path)

@@ -37,6 +37,7 @@ def test_the_race_on_a_gpu_reports_bf16_throughput_and_mfu(monkeypatch):
             assert 0 < row["mfu"] < 1
 
 
+@pytest.mark.slow  # a whole sweep in a subprocess: make test-full
 def test_the_whole_run_clocks_both_contenders_from_process_start(monkeypatch):
     from xformer_bench.bench import whole_run
 

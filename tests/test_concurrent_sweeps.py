@@ -6,6 +6,8 @@ import os
 import socket
 import subprocess
 
+import pytest
+
 from conftest import XBENCH
 from xformer_bench.results.collect import collect
 from xformer_bench.run_claim import claim_path, claimed, holder_of
@@ -28,6 +30,7 @@ def test_a_live_claim_is_respected_and_a_dead_ones_is_taken_over(tmp_path):
         assert taken  # a killed process's claim does not block the run forever
 
 
+@pytest.mark.slow  # a whole sweep in a subprocess: make test-full
 def test_two_sweeps_at_once_train_each_run_once(tmp_path):
     env = dict(os.environ, XBENCH_DATA_DIR=str(tmp_path / "data"))
     command = [*XBENCH, "-m", "experiment=smoke", "hydra.sweep.dir=multirun/${now:%H%M%S%f}"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from conftest import TINY_RUN, xbench
 from xformer_bench import cli
 
@@ -59,6 +61,7 @@ def test_a_sweep_with_a_refused_job_counts_it_names_it_and_exits_non_zero(tmp_pa
     assert len(list((tmp_path / "results").rglob("*.json"))) == 1  # full's record only
 
 
+@pytest.mark.slow  # a whole sweep in a subprocess: make test-full
 def test_a_sweep_whose_every_job_fails_on_missing_data_exits_non_zero(tmp_path):
     result = xbench("-m", "activation=relu,gelu", "data=text", *TINY_RUN[1:], cwd=tmp_path)
     assert result.returncode == 2, result.stdout[-2000:]

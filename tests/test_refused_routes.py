@@ -195,6 +195,7 @@ def test_a_key_one_swept_option_lacks_is_one_line_naming_it(sweep):
                                  f"{sweep} runs (its keys: stride, mode)")
 
 
+@pytest.mark.slow  # a whole sweep in a subprocess: make test-full
 def test_a_sweep_over_two_options_with_a_key_both_have_runs_each(tmp_path):
     result = xbench("-m", "attention=strided,fixed", "attention.stride=64", "data.size=20000",
                     "data.seq_len=64", "data.batch_size=4", "data.eval_batch_size=16",

@@ -178,3 +178,15 @@ def test_an_image_folder_that_gains_a_class_and_images_is_decoded_anew(tmp_path,
     shutil.rmtree(folder)  # gone: its last cache still serves, under its fingerprint
     gone = _build(data_dir, path=str(folder))
     assert len(gone.splits["test"]) == 10 and gone.data_fingerprint == edited.data_fingerprint
+
+
+def test_a_finished_run_whose_folder_changed_is_not_skipped_as_finished(tmp_path):
+    from xformer_bench.job import _folder_changed
+
+    folder = _image_folder(tmp_path / "folder")
+    done = {"data_fingerprint": _build(tmp_path / "data", path=str(folder)).data_fingerprint}
+    config = {"data": {"path": str(folder)}}
+    assert not _folder_changed(config, done)  # the record's fingerprint is the folder's now
+    (folder / "val" / "red" / "extra.png").write_bytes(_png((240, 20, 30), (20, 20), 9))
+    assert _folder_changed(config, done)  # skip_completed runs it again
+    assert not _folder_changed({"data": {"path": None}}, done)

@@ -30,6 +30,7 @@ def _records(folder: Path) -> dict[str, dict]:
     return {path.name: records.load(path) for path in sorted(folder.glob("*.json"))}
 
 
+@pytest.mark.slow  # a whole sweep in a subprocess: make test-full
 def test_an_experiment_declares_its_sweep_and_the_command_line_still_overrides_it(tmp_path):
     result = _xbench("-m", "experiment=smoke", "seed=7", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

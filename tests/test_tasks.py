@@ -13,7 +13,7 @@ import pytest
 
 from conftest import TINY_RUN, compose_config
 from xformer_bench import run
-from xformer_bench.cli import _objective, _report
+from xformer_bench.job import _objective, _report
 from xformer_bench.registry import UnknownVariantError
 from xformer_bench.results import record as records
 from xformer_bench.results.collect import collect

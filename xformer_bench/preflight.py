@@ -23,7 +23,7 @@ them (a tenth of a second; no torch), and the first problem becomes one :class:`
 With ``-m`` each swept key is composed at its first value; every value of a swept group is then
 checked against the group's options, every value of a swept key against its declaration, and
 every value of a swept ``trainer.*`` key against the machine (a later job's preset and folders:
-:func:`xformer_bench.cli.run_job`).  Hydra's own flags (``--help``, ``--cfg``, ``--info``,
+:func:`xformer_bench.job.run_job`).  Hydra's own flags (``--help``, ``--cfg``, ``--info``,
 ``-cn`` ...) and sweeps a sweeper plugin enumerates (``interval(...)``) are left to Hydra.
 """
 

@@ -155,6 +155,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     resume, checkpoints, resumable = _resumable(config, record["run_id"])  # before anything runs
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule, task = build_task(config)
+    record["data_fingerprint"] = getattr(datamodule, "data_fingerprint", None)  # a folder's files
     probing = time.perf_counter()  # the probes: attended pairs, FLOPs, step memory
     coverage = _attention_coverage(config, task.model, datamodule.task, study)  # may refuse
     probe_seconds = time.perf_counter() - probing

@@ -99,7 +99,7 @@ DRY_RUN = "--dry-run"
 
 def job_plan(overrides: Sequence[str]) -> tuple[str | None, str]:
     """(run id, what a run would do: ``run``, ``skip: already finished`` or ``refused: <line>``)
-    for one job's overrides, through the checks :func:`xformer_bench.cli.run_job` makes."""
+    for one job's overrides, through the checks :func:`xformer_bench.job.run_job` makes."""
     from hydra import compose
     from omegaconf import OmegaConf, open_dict
 

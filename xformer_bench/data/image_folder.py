@@ -99,3 +99,14 @@ def fingerprint(root: str | Path, listing: Listing) -> str:
             digest.update(f"{split}\0{path.relative_to(root).as_posix()}\0{label}\0"
                           f"{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+FINGERPRINT_DIGITS = 16
+"""Hex digits of :func:`fingerprint` that name a folder's cache and a record's
+``data_fingerprint``."""
+
+
+def folder_fingerprint(path: str | Path) -> str:
+    """The ImageFolder at ``path`` as it is now, in :data:`FINGERPRINT_DIGITS` hex digits."""
+    folder = Path(path).expanduser().resolve()
+    return fingerprint(folder, list_image_folder(folder))[:FINGERPRINT_DIGITS]

@@ -60,8 +60,8 @@ from xformer_bench.data import hf_images, image_cache
 from xformer_bench.data.download import offline
 from xformer_bench.data.example_batches import ExampleDataModule
 from xformer_bench.data.image_cache import EncodedSplit
-from xformer_bench.data.image_folder import (Listing, fingerprint, is_image_folder,
-                                             list_image_folder)
+from xformer_bench.data.image_folder import (FINGERPRINT_DIGITS, Listing, fingerprint,
+                                             is_image_folder, list_image_folder)
 from xformer_bench.data.image_transforms import (CROP_RATIO, CROP_SCALE, FLIP, evaluation_view,
                                                  training_view)
 from xformer_bench.data.pixels import PixelLMDataModule
@@ -218,7 +218,7 @@ def _folder_cache(root: Path, path: str, size: int, method: str):
             last = max(kept, key=lambda c: c.stat().st_mtime)
             return image_cache.load(last, size, method), last.name.removeprefix(stem)[1:] or None
     listing = list_image_folder(folder)
-    digest = fingerprint(folder, listing)[:16]
+    digest = fingerprint(folder, listing)[:FINGERPRINT_DIGITS]
     cache = caches / f"{stem}-{digest}"
     loaded = image_cache.cached(cache, size, method, folder.name, _from_listing(listing))
     for stale in ours:

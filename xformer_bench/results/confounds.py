@@ -58,13 +58,13 @@ class Difference:
     allowed: bool = False
 
 
-def _ignored(key: str, skipped_roots: set[str]) -> bool:
+def ignored_key(key: str, skipped_roots: set[str]) -> bool:
     root, leaf = key.split(".")[0], key.split(".")[-1]
     return (root in skipped_roots or root in IGNORED_ROOTS or key in IGNORED
             or ("." in key and leaf in IGNORED_LEAVES))
 
 
-def _value(value: Any) -> str:
+def value_text(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -133,10 +133,10 @@ def differences(record: dict[str, Any], base: dict[str, Any], named: Iterable[st
     config, base_config = (flatten(identity_config(r["config"])) for r in (record, base))
     matched = record["config"].get("match_params") or {}
     for key in sorted(set(config) | set(base_config)):
-        if (_ignored(key, skipped) or key in named or (matched and key == "model.d_ff")
-                or _value(config.get(key)) == _value(base_config.get(key))):
+        if (ignored_key(key, skipped) or key in named or (matched and key == "model.d_ff")
+                or value_text(config.get(key)) == value_text(base_config.get(key))):
             continue
-        found.append(Difference(key, f"{key}={_value(config.get(key))}"))
+        found.append(Difference(key, f"{key}={value_text(config.get(key))}"))
     found += _parameter_gap(record, base, matched)
     if protocols[0] != protocols[1] and any(protocols):
         unit = str(record.get("eval_unit") or "bytes")

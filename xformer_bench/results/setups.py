@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xformer_bench.config import flatten
-from xformer_bench.results.confounds import _ignored, _value
+from xformer_bench.results.confounds import ignored_key, value_text
 from xformer_bench.results.record import identity_config
 from xformer_bench.results.variants import data_of
 
@@ -33,8 +33,8 @@ def setting(record: dict[str, Any]) -> dict[str, str]:
     """The record's run identity as ``{dotted key: value text}``, less the seed and plumbing
     (:mod:`~xformer_bench.results.confounds`' ignored keys, but :data:`KEPT_PLUMBING`)."""
     flat = flatten(identity_config(record["config"]))
-    return {key: _value(value) for key, value in flat.items()
-            if key in KEPT_PLUMBING or not _ignored(key, set())}
+    return {key: value_text(value) for key, value in flat.items()
+            if key in KEPT_PLUMBING or not ignored_key(key, set())}
 
 
 def unlike_settings(groups: Iterable[Sequence[dict[str, Any]]]) -> list[str]:
@@ -59,7 +59,7 @@ def _at(record: dict[str, Any], dotted: str) -> str:
     node: Any = record["config"]
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    return _value(node)
+    return value_text(node)
 
 
 def split_studies(experiment: str, records: list[dict[str, Any]]) -> list[Study]:
