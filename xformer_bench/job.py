@@ -83,7 +83,6 @@ def _claimed_job(config: dict[str, Any], choices: dict[str, str], overrides: lis
             print(f"[xbench] skip {done['run_id']}: already finished "
                   f"({results_path(config, done['run_id'])})")
             return "skipped", "already finished", _objective(done)
-    _announce(config, choices)
     try:
         record = execute(config, choices, overrides, run_dir)
     except RunInterrupted as error:
@@ -113,16 +112,6 @@ def _folder_changed(config: dict[str, Any], done: dict[str, Any]) -> bool:
     from xformer_bench.data.image_folder import folder_fingerprint
 
     return folder_fingerprint(path) != recorded
-
-
-def _announce(config: dict[str, Any], choices: dict[str, str]) -> None:
-    """What is about to train, before the first step: a newcomer sees the run start."""
-    from xformer_bench.results.record import run_identity
-
-    parts = ", ".join(f"{g}={choices[g]}" for g in ("model", "attention", "data") if choices.get(g))
-    print(f"[xbench] training {run_identity(config, choices)} ({parts}): "
-          f"{config['trainer']['max_steps']} steps, {config['trainer']['val_checks']} "
-          "validations, the last at the end", flush=True)
 
 
 def _interrupted(message: str, details: list[str]) -> SystemExit:

@@ -189,6 +189,11 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
                       probe(batch_size) if probe else None))
     record["probe_seconds"] = probe_seconds + time.perf_counter() - probing
     _compile(task.model, config["trainer"].get("compile"))  # after the probes above
+    if trainer.global_rank == 0:  # what trains, once built: a newcomer sees the run start
+        steps = validation_steps(config["trainer"]["max_steps"], config["trainer"]["val_checks"])
+        print(f"[xbench] training {record['run_id']}: {record['params']:,} params, "
+              f"{steps[-1]} steps on {config['data'].get('label', config['data']['name'])}, "
+              f"validating after steps {', '.join(map(str, steps))}", flush=True)
     completed = False
     record["resumed_from"] = resume
     try:
