@@ -147,3 +147,31 @@ def test_cache_returns_the_same_numbers_and_is_keyed_by_content(tmp_path, monkey
         != cache_key(train, val, test, 128, (1, 2, 3, 4, 5))
     with pytest.raises(AssertionError, match="computed again"):
         floors(train, val, changed, 128, tmp_path)
+
+
+def test_a_text_run_keeps_its_floors_and_the_table_caption_names_them(tmp_path):
+    from conftest import TINY_RUN, choice_groups, compose_config
+    from xformer_bench.results.aggregate import build_table
+    from xformer_bench.run import execute
+    from xformer_bench.results.ngram_floors import floors_sentence
+    from xformer_bench.results.table import caption
+    from xformer_bench.results.variants import group_variants
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(english_like(6000, seed=3))
+    overrides = ["data=text", f"data.path={corpus}", *(o for o in TINY_RUN if "size" not in o),
+                 f"paths.data_dir={tmp_path / 'data'}", f"paths.results_dir={tmp_path / 'r'}",
+                 "trainer.max_steps=4"]
+    config = compose_config(*overrides)
+    choices = {g: config[g]["name"] for g in choice_groups() if "name" in config.get(g, {})}
+    record = execute(config, choices, overrides, tmp_path / "run")
+    kept = record["ngram_floors"]
+    assert kept["window"] == 32 and kept["split"] == "test"
+    bits = {int(k): v for k, v in kept["bits_per_byte"].items()}
+    assert bits[1] > bits[2] > bits[3] > 0  # English-like text: context helps
+    assert list((tmp_path / "data" / "ngram_floors").glob("*.json"))  # cached
+    sentence = floors_sentence([record])
+    assert f"2-gram {bits[2]:.2f}, 3-gram {bits[3]:.2f}" in sentence and "32-byte" in sentence
+    table = build_table("floors", group_variants([record]))
+    assert sentence in caption(table, " ± ", "—")
+    assert floors_sentence([{**record, "ngram_floors": None}]) is None  # older records

@@ -16,6 +16,9 @@ from xformer_bench.training.preemption import RunInterrupted
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
 from xformer_bench.training.timing_conditions import MachineShare
 
+FLOOR_DATASETS = ("text", "enwik8")
+"""Byte-level text corpora: their records keep the n-gram floors the table sets beside them."""
+
 
 def _build_datamodule(config: dict[str, Any]):
     from xformer_bench.registry import DATA
@@ -90,6 +93,17 @@ def _resumable(config: dict[str, Any], run_id: str) -> tuple[str | None, Any, li
     return resume, checkpoints, [checkpoints, preemption, StepSeeds(config["seed"])]
 
 
+def _ngram_floors(config: dict[str, Any], datamodule) -> dict[str, Any] | None:
+    """A text corpus's n-gram floors at the run's window (:mod:`~.results.ngram_floors`),
+    cached under ``paths.data_dir``; None for other data."""
+    if config["data"]["name"] not in FLOOR_DATASETS or not hasattr(datamodule, "splits"):
+        return None
+    from xformer_bench.results.ngram_floors import run_floors
+
+    return run_floors(datamodule.splits, config["data"]["seq_len"],
+                      Path(config["paths"]["data_dir"]) / "ngram_floors")
+
+
 def _compile(model, backend: bool | str | None) -> None:
     """``trainer.compile``: torch.compile the model's forward in place (state-dict keys, and so
     checkpoints, unchanged); ``true`` is inductor, a string names another backend."""
@@ -156,6 +170,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule, task = build_task(config)
     record["data_fingerprint"] = getattr(datamodule, "data_fingerprint", None)  # a folder's files
+    record["ngram_floors"] = _ngram_floors(config, datamodule)
     probing = time.perf_counter()  # the probes: attended pairs, FLOPs, step memory
     coverage = _attention_coverage(config, task.model, datamodule.task, study)  # may refuse
     probe_seconds = time.perf_counter() - probing

@@ -16,6 +16,7 @@ from xformer_bench.references import ReferenceTable
 from xformer_bench.results import confounds
 from xformer_bench.results.columns import AFTER_METRICS, BEFORE_METRICS, ColumnSpec, metric_spec
 from xformer_bench.results.final_validation import final_at
+from xformer_bench.results.ngram_floors import floors_sentence
 from xformer_bench.results.metrics import Metric, table_metrics
 from xformer_bench.results.paper_columns import Comparison, beside, summary, with_agreement
 from xformer_bench.results.record import STATUSES
@@ -171,7 +172,8 @@ def build_table(experiment: str, variants: list[Variant],
                  baseline=None if reference is None else variants[reference].label,
                  noise_floor=() if reference is None else noise_floors(columns, rows, reference),
                  comparisons=0 if reference is None else len(rows) - 1,
-                 notes=column_notes(variants, metrics, loss_data, rows, comparison),
+                 notes=(*column_notes(variants, metrics, loss_data, rows, comparison),
+                        *filter(None, [floors_sentence(loss_runs)])),
                  summary=lines, final_at=final_at(loss_runs))
 
 

@@ -204,3 +204,31 @@ def floors(train, val, test, window: int, cache_dir: Path | str,
         "bits_per_byte": bits, "discounts": discounts}, indent=1))
     temporary.replace(path)
     return bits
+
+
+FLOOR_ORDERS_SHOWN = (2, 3, 4, 5)
+
+
+def run_floors(splits, window: int, cache_dir: Path | str) -> dict:
+    """What a run's record keeps (``ngram_floors``): the floors of its corpus's test split at
+    its window (``splits``: ``{"train", "val", "test"}`` byte arrays)."""
+    bits = floors(splits["train"], splits["val"], splits["test"], window, cache_dir)
+    return {"split": "test", "window": window, "method": "interpolated Kneser-Ney",
+            "bits_per_byte": {str(order): value for order, value in bits.items()}}
+
+
+def floors_sentence(records: Sequence[dict]) -> str | None:
+    """The caption's sentence naming the floors of the runs' corpus (from the first record that
+    kept them; None when none did -- records from before floors were kept)."""
+    kept = next((r["ngram_floors"] for r in records if isinstance(r.get("ngram_floors"), dict)),
+                None)
+    if kept is None:
+        return None
+    bits = kept.get("bits_per_byte") or {}
+    shown = [f"{order}-gram {bits[str(order)]:.2f}" for order in FLOOR_ORDERS_SHOWN
+             if isinstance(bits.get(str(order)), (int, float))]
+    if not shown:
+        return None
+    return (f"n-gram floors (interpolated Kneser-Ney on the training split, scored on the "
+            f"test split in {kept.get('window')}-byte windows, bits per byte): "
+            f"{', '.join(shown)}; a row above a floor has not learned past that n-gram.")
