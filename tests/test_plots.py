@@ -33,3 +33,14 @@ def test_thirty_rows_get_a_legend_beside_the_axes_not_over_the_curves(tmp_path):
     panel = axes.get_window_extent(renderer)
     assert legend.x0 >= panel.x1  # entirely right of the curves
     assert figure.legends[0]._ncols == 2 and len(figure.legends[0].get_texts()) == 30
+
+
+def test_the_curves_draw_the_corpus_floors_only_where_they_are_in_bits_per_byte():
+    from xformer_bench.results.plots import floor_lines
+
+    kept = {"ngram_floors": {"bits_per_byte": {"1": 4.85, "2": 3.61, "3": 3.04, "4": 2.6,
+                                               "5": 2.38}}}
+    assert floor_lines([{}, kept], "val/bpb") == [("2-gram", 3.61), ("3-gram", 3.04),
+                                                  ("4-gram", 2.6), ("5-gram", 2.38)]
+    assert floor_lines([kept], "val/loss") == []  # nats per token: another unit
+    assert floor_lines([{"ngram_floors": None}], "val/bpb") == []  # records from before floors

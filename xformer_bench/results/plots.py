@@ -14,6 +14,7 @@ import numpy as np
 
 from xformer_bench.results.aggregate import datasets_of
 from xformer_bench.results.columns import LOSS_KEY
+from xformer_bench.results.ngram_floors import FLOOR_ORDERS_SHOWN
 from xformer_bench.results.record import primary_metric
 from xformer_bench.results.table import Table
 from xformer_bench.results.variants import Variant
@@ -54,8 +55,20 @@ def curve_key(runs: list[dict[str, Any]]) -> str | None:
     return next((k for k in (*primary, LOSS_KEY) if k in keys), None)
 
 
+def floor_lines(runs: list[dict[str, Any]], key: str | None) -> list[tuple[str, float]]:
+    """``[("2-gram", bits), ...]``: the n-gram floors the runs' records keep, drawn where the
+    curve is in bits per byte."""
+    if key != "val/bpb":
+        return []
+    kept = next((r["ngram_floors"] for r in runs if isinstance(r.get("ngram_floors"), dict)), {})
+    bits = kept.get("bits_per_byte") or {}
+    return [(f"{order}-gram", float(bits[str(order)])) for order in FLOOR_ORDERS_SHOWN
+            if isinstance(bits.get(str(order)), (int, float))]
+
+
 def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Path]:
-    """One panel per dataset: mean curve per variant with a min-max band over seeds."""
+    """One panel per dataset: mean curve per variant with a min-max band over seeds, and the
+    corpus's n-gram floors as dashed lines (:func:`floor_lines`)."""
     datasets = datasets_of(variants)
     figure = _figure(width=5.0 * max(1, len(datasets)), rows=len(variants))
     for i, data in enumerate(datasets):
@@ -68,6 +81,11 @@ def plot_curves(experiment: str, variants: list[Variant], base: Path) -> list[Pa
                 look = style(j)
                 axes.plot(steps, mean, label=variant.label, markersize=3, **look)
                 axes.fill_between(steps, low, high, color=look["color"], alpha=0.2, linewidth=0)
+        for name, bits in floor_lines(runs, key):
+            axes.axhline(bits, color="0.45", linestyle=(0, (4, 3)), linewidth=0.8)
+            axes.annotate(f"{name} floor", (1.0, bits), xycoords=("axes fraction", "data"),
+                          xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=7,
+                          color="0.35")
         axes.set(title=f"{experiment} - {data}", xlabel="step", ylabel=key or "validation")
     _legend(figure, len(variants))
     return _save(figure, base.with_name(base.name + "_curves"))
