@@ -77,7 +77,18 @@ def test_dry_run_lists_every_job_with_its_run_id_and_trains_nothing(tmp_path, fl
     assert len(jobs) == 4 and "activation=relu seed=0" in jobs[0]
     assert sum(": run" in line for line in lines) == 4
     assert "dry run: 4 jobs: 4 to run" in lines[-1]
+    assert "[xbench] budget: 16 steps of 4 x 32 (2,048 positions) a run" in lines
+    assert not any("GPU budget" in line for line in lines)  # smoke declares none
     assert not (tmp_path / "results").exists() and not (tmp_path / "multirun").exists()
+
+
+def test_a_study_declares_its_gpu_budget_one_override_set_away():
+    from xformer_bench.sweep_plan import budget_lines
+
+    cpu, gpu = budget_lines(["experiment=narang_table1", "seed=0"])
+    assert cpu == "[xbench] budget: 2000 steps of 16 x 128 (4,096,000 positions) a run"
+    assert gpu.startswith("[xbench] GPU budget: xbench -m experiment=narang_table1 data=enwik8 ")
+    assert "trainer.max_steps=20000" in gpu
 
 
 def test_cfg_job_runs_the_preflight_first(tmp_path):

@@ -13,8 +13,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from xformer_bench.config import CONF_DIR
+from xformer_bench.errors import ConfigError
 from xformer_bench.job import fail, print_traceback_if_debugging, run_job
+from xformer_bench.parallel_sweep import FLAG as WORKERS_FLAG
+from xformer_bench.parallel_sweep import run_workers, split_workers
 from xformer_bench.preflight import MULTIRUN_FLAGS, command_line_error, shown_only
+from xformer_bench.sweep_plan import DRY_RUN
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -69,10 +73,19 @@ def main() -> None:
     problem = _missing_launcher(sys.argv[1:])
     if problem:
         sys.exit(f"error: {problem}")
-    error = command_line_error(sys.argv[1:])  # a bad override: one line, not Hydra's several
+    try:
+        workers, arguments = split_workers(sys.argv[1:])
+        if workers is not None and not set(arguments) & set(MULTIRUN_FLAGS):
+            raise ConfigError(f"{WORKERS_FLAG} shares a sweep's jobs among processes: add -m")
+    except ConfigError as error:
+        fail(2, str(error), [], multirun=False)
+    error = command_line_error(arguments)  # a bad override: one line, not Hydra's several
     if error is not None:
         print_traceback_if_debugging(error)
         fail(2, str(error), [], multirun=False)
+    if workers is not None and DRY_RUN not in arguments and workers > 1:
+        sys.exit(run_workers(arguments, workers))
+    sys.argv = [sys.argv[0], *arguments]
     _run_sweeps()
 
 
@@ -84,7 +97,7 @@ def _run_sweeps() -> None:
     import xformer_bench.sweep_report as sweep_report
     from xformer_bench.errors import XbenchError
     from xformer_bench.ladder_sweeps import sweeps
-    from xformer_bench.sweep_plan import DRY_RUN, dry_run_lines, planned_jobs
+    from xformer_bench.sweep_plan import dry_run_lines, planned_jobs
     from xformer_bench.swept_group_keys import held_for_jobs
 
     program, arguments = sys.argv[0], [a for a in sys.argv[1:] if a != DRY_RUN]

@@ -143,6 +143,26 @@ def dry_run_lines(planned: Sequence[tuple[str | None, list[str] | None]],
             lines.append(f"  {number}/{total} {' '.join(overrides) or '(defaults)'}\n"
                          f"      {run_id or '-'}: {state}")
     counts = {s: states.count(s) for s in ("run", "skip", "refused")}
+    first = next((job for sweep_jobs in jobs for job in sweep_jobs), None)
+    lines += budget_lines(first) if first is not None else []
     lines.append(f"[xbench] dry run: {total} jobs: {counts['run']} to run, {counts['skip']} "
                  f"already finished, {counts['refused']} refused; nothing trained")
+    return lines
+
+
+def budget_lines(overrides: Sequence[str]) -> list[str]:
+    """The budget this command trains each run for (the first job's), and the study's GPU
+    budget (its ``gpu_budget``: the overrides that scale it to a GPU) as a command to paste."""
+    from hydra import compose
+
+    with _hydra():
+        config = compose(config_name="config", overrides=list(overrides),
+                         return_hydra_config=True)
+    data, steps = config.data, config.trainer.max_steps
+    study = config.hydra.runtime.choices.get("experiment")
+    lines = [f"[xbench] budget: {steps} steps of {data.batch_size} x {data.seq_len} "
+             f"({steps * data.batch_size * data.seq_len:,} positions) a run"]
+    gpu = config.get("gpu_budget")
+    if gpu:
+        lines.append(f"[xbench] GPU budget: xbench -m experiment={study} " + " ".join(gpu))
     return lines

@@ -29,6 +29,8 @@ STUDY = {
                         null="none", computes=False),
     "option_settings": Mapping("a study's keys for one option of a swept group, "
                                "{GROUP: {OPTION: {KEY: VALUE}}}", null="none", computes=False),
+    "gpu_budget": Seq("the overrides that give the study its GPU budget (--dry-run prints them)",
+                      item=Text(""), null="none", computes=False),
     "scaled_rows": Mapping("a published row's overrides at this scale, {LABEL: [OVERRIDE]}",
                            null="none", computes=False),
 }

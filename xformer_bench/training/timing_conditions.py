@@ -9,7 +9,7 @@ the run's start to its end, all cheap (two reads of ``/proc/stat``, a glob of cl
   claims (:mod:`~xformer_bench.run_claim`) under the same results folder, this process's own
   left out;
 * ``parallel_jobs``: how many jobs the sweep's Hydra launcher runs at once on this machine
-  (joblib's ``n_jobs``; 1 for the basic launcher and for SLURM, whose jobs get their own
+  (joblib's ``n_jobs``, or ``--workers N``; 1 for the basic launcher and for SLURM, whose jobs get their own
   allocation);
 * ``others_cpu_share``: the share of the machine's CPU time that other processes used during
   the run (busy time in ``/proc/stat`` less this process's and its children's); None where
@@ -72,7 +72,11 @@ def other_runs(results_dir: Path | None) -> int:
 
 
 def parallel_jobs() -> int:
-    """Jobs the running Hydra sweep's launcher runs at once on this machine (1 outside one)."""
+    """Jobs the running Hydra sweep's launcher runs at once on this machine (1 outside one), or
+    the workers of ``xbench -m ... --workers N`` (:mod:`xformer_bench.parallel_sweep`)."""
+    workers = os.environ.get("XBENCH_WORKERS", "")
+    if workers.isdigit() and int(workers) > 1:
+        return int(workers)
     try:
         from hydra.core.hydra_config import HydraConfig
     except ImportError:
