@@ -254,19 +254,19 @@ def test_mamba2_equals_its_block_run_one_position_at_a_time():
 
 
 def test_the_papers_defaults_as_built():
-    def build(name, d_model=512):
+    def build(name, d_model=512, n_heads=8):
         spec = yaml.safe_load((CONF_DIR / "attention" / f"{name}.yaml").read_text())
-        dims = ModelDims(d_model=d_model, n_heads=8, n_layers=2, d_ff=64, seq_len=64,
+        dims = ModelDims(d_model=d_model, n_heads=n_heads, n_layers=2, d_ff=64, seq_len=64,
                          vocab_size=64)
         return build_token_mixer(spec, dims)
 
-    retnet = build("retnet")  # heads of 256 query/key dims, values and gate 2d wide
+    retnet = build("retnet", n_heads=2)  # heads of 256 query/key dims, values and gate 2d wide
     assert retnet.heads == 2 and retnet.q.weight.shape == (512, 512)
     assert retnet.v.weight.shape == retnet.g.weight.shape == (1024, 512)
     assert retnet.out.weight.shape == (512, 1024) and retnet.scale == 256 ** -0.5
     for heads, log_gamma in [(2, retnet.log_decay.flatten()), (8, retention_decays(8))]:
         torch.testing.assert_close(log_gamma.exp(), 1 - 2.0 ** (-5 - torch.arange(float(heads))))
-    assert build("retnet", 128).heads == 1  # at least one head
+    assert build("retnet").heads == build("retnet", 128).heads == 8  # the model's, narrower
 
     gla = build("gla")  # 4 heads, d_k = d / 2, d_v = d, a rank-16 gate, tau = 16
     assert gla.heads == 4 and gla.q.weight.shape == gla.k.weight.shape == (256, 512)

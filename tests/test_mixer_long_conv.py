@@ -7,7 +7,7 @@ their shared FFT engine (:mod:`xformer_bench.attention._ops.long_conv`).
   x_t = Abar x_{t-1} + u_t, y_t = 2 Re(C' x_t) + D u_t (both directions), forward and gradients
   of the whole layer; recurrent decoding equals the forward pass;
 * hyena: the FFT operator equals the direct convolution with its filter taps, forward and
-  gradients; the filter is defined for any length; decoding from the kept history equals the
+  gradients; the filter is defined past the training length; decoding from the kept history equals the
   forward pass;
 * both: the paper's defaults as built, exact causality across chunk edges, key padding.
 
@@ -214,14 +214,18 @@ def test_hyena_fft_operator_equals_the_direct_convolution_with_gradients(chunk):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
-def test_hyena_filter_is_defined_for_any_length_whatever_data_seq_len():
-    torch.manual_seed(0)
+def test_hyena_filter_is_defined_past_the_training_length():
+    """L is the training length (t = 1 at its last position); longer inputs get t > 1; an
+    integer position_scale makes the filter independent of data.seq_len."""
     short = build_token_mixer({"name": "hyena"}, dims(seq_len=8))
-    torch.manual_seed(0)
-    long = build_token_mixer({"name": "hyena"}, dims(seq_len=4096))
-    torch.testing.assert_close(short.filter(40)[:, :10], long.filter(10))
+    assert short.filter.scale == 8
     torch.testing.assert_close(short.filter(40)[:, 30:], short.filter(10, start=30))
     assert short(torch.randn(1, 100, 16), ctx()).shape == (1, 100, 16)
+    torch.manual_seed(0)
+    fixed = build_token_mixer({"name": "hyena", "position_scale": 64}, dims(seq_len=8))
+    torch.manual_seed(0)
+    longer = build_token_mixer({"name": "hyena", "position_scale": 64}, dims(seq_len=4096))
+    torch.testing.assert_close(fixed.filter(40)[:, :10], longer.filter(10))
 
 
 def test_hyena_defaults_are_the_papers():

@@ -36,7 +36,8 @@ def test_a_worker_skips_what_another_finished_and_keeps_its_own_folders():
     assert command[:3] == [sys.executable, "-m", "xformer_bench.cli"]
     assert "skip_completed=false" not in command and "skip_completed=true" in command
     assert "trainer.progress_bar=true" not in command and "trainer.progress_bar=false" in command
-    assert "hydra.sweep.subdir=w2-${hydra.job.num}" in command
+    assert command[-1] == "hydra.sweep.dir=multirun/${now:%Y-%m-%d}/${now:%H-%M-%S}/w2"
+    assert worker_command(["-m", "hydra.sweep.dir=out"], 1)[-1] == "hydra.sweep.dir=out/w1"
 
 
 def test_the_worst_status_wins():

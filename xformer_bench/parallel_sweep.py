@@ -4,7 +4,7 @@ Small models leave a CPU's cores idle (a d128 model's matrix products are too sm
 threads busy), so N runs at once, each on its own share of the cores, finish a study sooner than
 one run at a time on all of them.  Each worker is the same ``xbench -m`` command, pinned to its
 cores (``sched_setaffinity``) with as many threads (``OMP_NUM_THREADS``); the workers divide the
-jobs through the runs' claims (:mod:`xformer_bench.run_claim`): a job another worker holds is
+jobs through the runs' claims (each in its own sweep folder) (:mod:`xformer_bench.run_claim`): a job another worker holds is
 left to it, a finished one skipped, so nothing trains twice and a stopped study resumes by
 running the command again.  Their lines come through prefixed ``[wK]``; the exit status is the
 worst of theirs.
@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from xformer_bench.errors import ConfigError
 
 FLAG = "--workers"
+SWEEP_DIR = "multirun/${now:%Y-%m-%d}/${now:%H-%M-%S}"
+"""Hydra's default sweep folder: the workers' folders go under it unless one is given."""
 ENVIRONMENT = "XBENCH_WORKERS"
 """Set in each worker to N: :func:`xformer_bench.training.timing_conditions.parallel_jobs`."""
 
@@ -66,12 +68,14 @@ def core_shares(cores: Sequence[int], workers: int) -> list[list[int]]:
 
 def worker_command(argv: Sequence[str], index: int) -> list[str]:
     """Worker ``index``'s command line: the sweep with ``skip_completed=true`` (a job another
-    worker finished is not trained again), its progress bar off (lines interleave) and its job
-    folders its own (``w<index>-<job>``)."""
-    replaced = ("trainer.progress_bar=", "hydra.sweep.subdir=", "skip_completed=")
+    worker finished is not trained again), its progress bar off (lines interleave) and its
+    sweep folder its own (``<hydra.sweep.dir>/w<index>``)."""
+    replaced = ("trainer.progress_bar=", "hydra.sweep.dir=", "skip_completed=")
     kept = [a for a in argv if not a.lstrip("+~").startswith(replaced)]
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.dir=")]
+    folder = given[-1] if given else SWEEP_DIR
     return [sys.executable, "-m", "xformer_bench.cli", *kept, "skip_completed=true",
-            "trainer.progress_bar=false", f"hydra.sweep.subdir=w{index}-${{hydra.job.num}}"]
+            "trainer.progress_bar=false", f"hydra.sweep.dir={folder}/w{index}"]
 
 
 def run_workers(argv: Sequence[str], workers: int) -> int:
@@ -101,7 +105,7 @@ def run_workers(argv: Sequence[str], workers: int) -> int:
                 continue
         relay.join()
     status = worst(statuses)
-    print(f"[xbench] workers ended: " + ", ".join(f"w{i} exit {s}" for i, s in
+    print("[xbench] workers ended: " + ", ".join(f"w{i} exit {s}" for i, s in
                                                   enumerate(statuses, start=1)),
           file=sys.stderr if status else sys.stdout, flush=True)
     return status

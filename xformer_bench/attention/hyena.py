@@ -21,8 +21,17 @@ with (emb_dim - 1) / 2 frequencies f_k from 1e-4 to bands - 1, the FFN Linear(em
 two Linear(W, W), sin each, Linear(W, D) without bias (W = ``filter_order``), every sin(omega x)
 sharing one learnt omega per unit started at ``sine_freq``, and the window's decays delta_c
 spaced linearly from log(target) / slow_decay_pct to log(target) / fast_decay_pct over the
-channels (fixed, as theirs).  The FFN's linear layers keep PyTorch's initialisation (theirs);
-the projections take the model's.
+channels (fixed, as theirs).  L = ``position_scale`` is, when null, the training length
+``data.seq_len`` (``dims.seq_len``; their l_max), so t spans [0, 1] over a training sequence
+at every length.
+
+Initialisation and optimisation of the filter as safari's LM: every ``nn.Linear`` of the FFN
+N(0, 0.02) with zero biases (``_init_weights`` of ``src/models/sequence/long_conv_lm.py``,
+applied to the whole model), and the FFN's parameters (its matrices, biases and omega) without
+weight decay (``HyenaFilter``'s ``_optim = {"weight_decay": wd = 0, "lr": lr}``; marked
+``_no_weight_decay``, :mod:`xformer_bench.tasks.optimization`).  Their ``lr`` is the
+optimiser's own in ``configs/experiment/pile/hyena.yaml``, as here (HyenaFilter's default,
+1e-3, is not used there).
 
 Computation: the long convolution by FFT (:mod:`~xformer_bench.attention._ops.long_conv`, its
 exactly-causal tiled form; on a GPU the same code on cuFFT -- fla has no Hyena kernel).
@@ -32,12 +41,14 @@ position so far (B, D, S), ``slot["tail"]`` the last short_filter - 1 projection
 output is sum_s h[t - s] z_s over the kept history (O(S D) per token), a multi-token step the
 convolution over the history.  Causal only, as the paper.
 
-Deviations.  Theirs normalises positions by the training length l_max (L = l_max, and PE is a
-table of l_max rows, learnt at lr_pos_emb); here L = ``position_scale``, fixed, and PE is
-computed, not learnt, so one filter is defined for every length and decoding past the training
-length.  Their filter parameters have their own learning rate and no weight decay; here the
-FFN's matrices take the model's learning rate and weight decay.  A key padding mask zeroes the
-padded projections and z, so padded positions reach no other.
+Deviations.  Their PE is a table of l_max rows, learnt at lr_pos_emb, and a longer input is cut
+to l_max; here PE is computed from l, not learnt, so the filter is defined past L too (t > 1,
+the window decaying further) for evaluation and decoding beyond the training length.  An
+integer ``position_scale`` fixes L whatever the training length.  The projections take the
+model-wide initialisation (theirs is the same N(0, 0.02) of every Linear, with the output
+projection at 0.02 / sqrt(2 n_layer): GPT-2's scheme, which this project replaces for every
+mixer, :mod:`xformer_bench.core.init`).  A key padding mask zeroes the padded projections and
+z, so padded positions reach no other.
 """
 
 from __future__ import annotations
@@ -57,6 +68,9 @@ from xformer_bench.core.init import mark_initialised
 from xformer_bench.errors import ConfigError
 from xformer_bench.registry import ATTENTION
 
+FILTER_INIT_STD = 0.02
+"""Std of the filter FFN's weights: safari's ``initializer_range`` (GPT-2's)."""
+
 
 class ImplicitFilter(nn.Module):
     """h (C, T): the FFN over positional features, times the exponential-decay window."""
@@ -68,8 +82,14 @@ class ImplicitFilter(nn.Module):
         self.layers = nn.ModuleList([nn.Linear(emb_dim, width), nn.Linear(width, width),
                                      nn.Linear(width, width),
                                      nn.Linear(width, channels, bias=False)])
-        mark_initialised(*self.layers.parameters())  # PyTorch's default, as theirs
+        for layer in self.layers:  # safari's _init_weights: N(0, 0.02), biases zero
+            nn.init.normal_(layer.weight, std=FILTER_INIT_STD)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
         self.freq = nn.Parameter(torch.full((width,), float(sine_freq)))  # one Sin module, shared
+        mark_initialised(*self.parameters())
+        for p in self.parameters():  # HyenaFilter's _optim: weight decay 0
+            p._no_weight_decay = True
         fast, slow, target = decays
         self.register_buffer("deltas", torch.linspace(math.log(target) / slow,
                                                       math.log(target) / fast, channels).abs(),
@@ -81,8 +101,12 @@ class ImplicitFilter(nn.Module):
             return self._taps(torch.arange(start, start + length, device=self.freq.device,
                                            dtype=torch.float32))
 
+    def times(self, pos: torch.Tensor) -> torch.Tensor:
+        """t_l = l / (L - 1): 0 .. 1 over the first L = ``scale`` positions, > 1 past them."""
+        return pos / (self.scale - 1)
+
     def _taps(self, pos: torch.Tensor) -> torch.Tensor:
-        t = pos / (self.scale - 1)  # (T,): 0 .. 1 over the first ``scale`` positions
+        t = self.times(pos)  # (T,)
         f = torch.linspace(1e-4, self.bands - 1, self.bands, device=pos.device)  # (bands,)
         angle = (2 * math.pi / self.scale) * pos[:, None] * f  # (T, bands)
         h = torch.cat([t[:, None], angle.cos(), -angle.sin()], dim=-1)  # (T, emb_dim)
@@ -99,13 +123,16 @@ class Hyena(TokenMixer):
     decode_state = "history"
 
     def __init__(self, dims: ModelDims, filter_order: int = 64, emb_dim: int = 33,
-                 sine_freq: float = 14.0, short_filter: int = 3, position_scale: int = 2048,
+                 sine_freq: float = 14.0, short_filter: int = 3,
+                 position_scale: int | None = None,
                  fast_decay_pct: float = 0.3, slow_decay_pct: float = 1.5,
                  decay_target: float = 0.01, dropout: float = 0.0, chunk_size: int = 64):
         super().__init__()
         if emb_dim < 3 or emb_dim % 2 == 0:
             raise ConfigError(f"attention.emb_dim={emb_dim} must be odd and >= 3 (t, then a "
                               "cosine and a sine per frequency)")
+        if position_scale is None:  # the training length (their l_max); t needs L >= 2
+            position_scale = max(2, dims.seq_len)
         for key, value, low in (("filter_order", filter_order, 1),
                                 ("short_filter", short_filter, 1),
                                 ("position_scale", position_scale, 2),

@@ -13,8 +13,14 @@ and the gated multi-scale retention of section 2.2,
     Y = GroupNorm_H(concat_h o^h),   MSR(X) = (swish(X W_G) * Y) W_O.
 
 Sizes (section 3.1's parameter allocation): W_Q, W_K d x d; W_V, W_G d x 2d; W_O 2d x d (the
-layer ``out``); heads of ``head_dim`` = 256 query/key dimensions (d / H in all of the authors'
-configurations, 2048 / 8 ... 4096 / 16), so H = d / 256 (at least 1; ``n_heads`` overrides).
+layer ``out``; ``expand_v`` = 2, the width ``match_params: {by: mixer}`` re-solves).  Heads: the
+paper's are 256 query/key dimensions wide (its 1.3B, 2.7B and 6.7B models: d = 2048, 2560, 4096
+in 8, 10, 16 heads), but at our studies' d = 128, d / 256 leaves one head: one decay, 0.96875, a
+fixed ~22-position window, not multi-scale retention.  So H = max(model.n_heads, d / head_dim):
+the paper's 256-wide heads where d_model holds at least model.n_heads of them, else the model's
+heads, d / n_heads wide (a deviation at small widths: 4 heads of 32, gamma 1 - 2^-5 .. 1 - 2^-8,
+at d = 128 with 4 heads): ``n_heads: model``.  ``n_heads: null`` is the paper's rule alone
+(d / head_dim, at least 1); an integer sets H.
 Theta rotates pairs of dimensions (2p, 2p + 1) by n theta_p with theta_p = 10000^(-p / (Dk/2 - 1))
 (the authors' torchscale, ``RetNetRelPos``); the xPos length-extrapolation factor is not applied,
 as there: gamma takes its role.  The group norm is per head without a gain (torchscale:
@@ -69,22 +75,32 @@ class MultiScaleRetention(TokenMixer):
     sub_quadratic = True
     decode_state = "recurrent"
 
-    def __init__(self, dims: ModelDims, head_dim: int = 256, n_heads: int | None = None,
-                 expand_v: int = 2, chunk_size: int = 64, eps: float = 1e-6):
+    param_width = "expand_v"
+    """The option's own width, re-solved by ``match_params: {by: mixer}`` (any value whose
+    expand_v x d_model is a whole multiple of the heads)."""
+
+    def __init__(self, dims: ModelDims, head_dim: int | None = 256, n_heads: int | str | None = "model",
+                 expand_v: float = 2, chunk_size: int = 64, eps: float = 1e-6):
         super().__init__()
         d = dims.d_model
-        heads = n_heads if n_heads is not None else max(1, d // head_dim)
+        paper = max(1, d // head_dim) if head_dim else dims.n_heads  # of the paper's width, 256
+        heads = (max(dims.n_heads, paper) if n_heads == "model" else
+                 paper if n_heads is None else int(n_heads))
         if d % heads or (d // heads) % 2:
             raise ConfigError(f"attention=retnet: d_model={d} must split into {heads} heads of "
                               "an even width (set attention.n_heads)")
+        width = round(expand_v * d)  # of W_V, W_G, W_O: 2d in the paper
+        if expand_v <= 0 or abs(expand_v * d - width) > 1e-6 or width % heads:
+            raise ConfigError(f"attention.expand_v={expand_v}: attention=retnet needs expand_v x "
+                              f"d_model={d} to be a whole multiple of its {heads} heads")
         if chunk_size < 1:
             raise ConfigError(f"attention.chunk_size={chunk_size} must be positive")
         self.heads, self.chunk_size, self.scale = heads, chunk_size, (d // heads) ** -0.5
         self.q, self.k = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
-        self.v = nn.Linear(d, expand_v * d, bias=False)
-        self.g = nn.Linear(d, expand_v * d, bias=False)  # W_G
-        self.norm = GroupNorm(expand_v * d, heads, eps=eps, affine=False)
-        self.out = nn.Linear(expand_v * d, d, bias=False)  # W_O
+        self.v = nn.Linear(d, width, bias=False)
+        self.g = nn.Linear(d, width, bias=False)  # W_G
+        self.norm = GroupNorm(width, heads, eps=eps, affine=False)
+        self.out = nn.Linear(width, d, bias=False)  # W_O
         self.register_buffer("log_decay", retention_decays(heads).view(1, heads, 1, 1),
                              persistent=False)
 

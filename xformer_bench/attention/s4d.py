@@ -30,8 +30,10 @@ x_0).  On a GPU the same code runs on cuFFT; fla has no S4D kernel.
 Deviations.  The authors give the SSM parameters their own learning rate (min(lr, 0.001)) and no
 weight decay; here they take the model's learning rate, and are stored as flat 1-D tensors so
 the optimiser's no-decay group (every tensor under 2-D) holds them -- weight decay 0 as theirs.
-The layer always owns both directions' C: in causal use the anticausal half gets a zero
-gradient (N/2 x H complex numbers that still count in the parameter total).  Dropout (tied
+Their standalone layer is causal only; the anticausal C is S4's ``bidirectional`` option.  It
+is drawn at construction (so a causal and a bidirectional layer start from the same draws) and
+dropped by :meth:`S4D.specialise` when the model reads the layer causally, so a causal model
+holds no parameter it never trains (N/2 x H complex numbers per layer).  Dropout (tied
 across positions, their ``DropoutNd``) follows the GELU as theirs.  A key padding mask zeroes
 the padded inputs, so they reach no other position.
 """
@@ -96,17 +98,31 @@ class S4D(TokenMixer):
         self.log_a_real = nn.Parameter(torch.full((h * m,), math.log(0.5)))
         self.a_imag = nn.Parameter((math.pi * torch.arange(m, dtype=torch.float32)).repeat(h))
         c = torch.randn(2, h, m, dtype=torch.cfloat)  # (direction, H, M): causal, anticausal
-        self.c = nn.Parameter(torch.view_as_real(c).flatten())  # (2 H M 2,)
+        self.directions = 2  # until specialise(causal=True) keeps the causal C alone
+        self.c = nn.Parameter(torch.view_as_real(c).flatten())  # (directions H M 2,)
         self.d = nn.Parameter(torch.randn(h))  # (H,)
         self.out = nn.Linear(h, 2 * h)  # position-wise, then a GLU (the standalone layer's)
 
+    def specialise(self, causal: bool) -> None:
+        """Told by the assembly that builds it, before the model's initialisation and
+        optimiser, whether its model reads this layer causally: a causal one drops the
+        anticausal C (the layer then refuses bidirectional use); a bidirectional one keeps
+        both, as does a layer built on its own (tests, benchmarks)."""
+        if causal and self.directions == 2:
+            kept = self.c.detach()[: self.c.numel() // 2].clone()
+            self.c, self.directions = nn.Parameter(kept), 1
+            self.provides = self.provides - {"bidirectional"}
+
     def discretised(self, directions: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """dt A (H, M) and C' = C (exp(dt A) - 1) / A (directions, H, M), complex64."""
+        if directions > self.directions:
+            raise ValueError("this S4D layer was built for a causal model (specialise): it has "
+                             "no anticausal C for bidirectional use")
         h, m = self.channels, self.n_modes
         a = torch.complex(-self.log_a_real.float().exp(), self.a_imag.float()).view(h, m)
         dta = a * self.log_dt.float().exp()[:, None]  # (H, M)
-        c = torch.view_as_complex(self.c.float().view(2, h, m, 2))[:directions]  # (dirs, H, M)
-        return dta, c * (torch.exp(dta) - 1) / a
+        c = torch.view_as_complex(self.c.float().view(self.directions, h, m, 2))[:directions]
+        return dta, c * (torch.exp(dta) - 1) / a  # (H, M), (dirs, H, M)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:  # x: (B, T, D)
         u = drop_padding(x, ctx.key_padding_mask).transpose(1, 2)  # (B, H, T)

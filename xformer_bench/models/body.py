@@ -102,10 +102,13 @@ def encoder_decoder_parts(model: Mapping[str, Any],
 
 
 def build_mixer(attention: Mapping[str, Any], dims: ModelDims,
-                residual_attention: bool) -> nn.Module:
+                residual_attention: bool, causal: bool | None = None) -> nn.Module:
     """The token mixer of ``attention``, in RealFormer's form with ``residual_attention`` where
-    the mixer has the logits (where not, the capability check says so in words)."""
+    the mixer has the logits (where not, the capability check says so in words); a mixer with
+    ``specialise`` keeps only the parameters of the direction ``causal`` says it runs in."""
     mixer = build_token_mixer(attention, dims)
+    if causal is not None and hasattr(mixer, "specialise"):
+        mixer.specialise(causal=causal)
     if residual_attention and "dense_logits" in getattr(mixer, "provides", ()):
         return ResidualAttention.replacing(mixer, dims, attention["name"])
     return mixer
@@ -149,7 +152,8 @@ def build_body(dims: ModelDims, attention: Mapping[str, Any], norm: Mapping[str,
     make_residual = residual_factory(residual, dims.d_model)
     mixers = LayerMixers(attention, hybrid, dims.n_layers, share_blocks)
     make_block = BlockFactory(lambda: Block(
-        build_mixer(mixers.next_spec(), dims, residual_attention),
+        build_mixer(mixers.next_spec(), dims, residual_attention,
+                    causal="causal" in assembly[1]),
         FFN.build(ffn, dims=dims, activation=activation),
         make_norm,
         placement=norm_placement,

@@ -16,7 +16,11 @@ the mixer declares (``decode_state``, :data:`~xformer_bench.core.decode_cache.DE
   (:data:`KERNEL_STATES`: a sliding window keeps ``window`` positions; linear attention and
   Performer keep the running sum ``phi(k) v^T`` and its normaliser, ``H x F x (Dh + 1)``
   with F features) -- what the mixer needs, even where xbench's decode cache keeps every key;
-* ``recurrent``: measured -- the tensors its cache slot holds after one decoding step;
+* ``recurrent``: measured -- the tensors its cache slot holds after one decoding step, each at
+  its own width: a real floating tensor at ``dtype``'s (the precision the model keeps its
+  state in), a complex or integer one at its own (S4D's complex64 state: 8 bytes an element
+  whatever the model's precision -- torch has no bfloat16 complex and S4D computes it in full
+  precision);
 * ``history``: its inputs, ``seq_len x d_model``;
 * otherwise (``none``: no decoding state, e.g. a bidirectional mixer): None.
 """
@@ -50,21 +54,24 @@ def _element_bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _tensor_elements(value: Any) -> int:
-    """Elements of the tensors in a (nested) dict, list or tuple; views counted as their size."""
+def _tensor_bytes(value: Any, real_bytes: int) -> int:
+    """Bytes of the tensors in a (nested) dict, list or tuple, views counted as their size: a
+    real floating tensor at ``real_bytes`` an element, any other at its own element size."""
     if isinstance(value, torch.Tensor):
-        return value.numel()
+        real = value.is_floating_point()
+        return value.numel() * (real_bytes if real else value.element_size())
     if isinstance(value, dict):
-        return sum(_tensor_elements(v) for v in value.values())
+        return sum(_tensor_bytes(v, real_bytes) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return sum(_tensor_elements(v) for v in value)
+        return sum(_tensor_bytes(v, real_bytes) for v in value)
     return 0
 
 
 @torch.no_grad()
-def measured_state_elements(mixer: nn.Module, d_model: int) -> int:
-    """Elements a recurrent mixer's cache slot holds after decoding one position of one
-    sequence (zeros in)."""
+def measured_state_bytes(mixer: nn.Module, d_model: int,
+                         dtype: torch.dtype = torch.float32) -> int:
+    """Bytes a recurrent mixer's cache slot holds after decoding one position of one sequence
+    (zeros in): real floating tensors at ``dtype``'s width, others at their own."""
     cache = DecodeCache()
     cache.begin_step(1)
     was_training = mixer.training
@@ -76,7 +83,7 @@ def measured_state_elements(mixer: nn.Module, d_model: int) -> int:
               ForwardContext(Position(), causal=True, cache=cache))
     finally:
         mixer.train(was_training)
-    return sum(_tensor_elements(slot) for slot in cache.slots)
+    return sum(_tensor_bytes(slot, _element_bytes(dtype)) for slot in cache.slots)
 
 
 def mixer_state_bytes(mixer: nn.Module, seq_len: int, d_model: int, batch: int = 1,
@@ -94,7 +101,7 @@ def mixer_state_bytes(mixer: nn.Module, seq_len: int, d_model: int, batch: int =
         return elements * size
     state = getattr(mixer, "decode_state", "none")
     if state == "recurrent":
-        return measured_state_elements(mixer, d_model) * size
+        return measured_state_bytes(mixer, d_model, dtype) * batch
     if state == "history":
         return seq_len * d_model * size
     return None

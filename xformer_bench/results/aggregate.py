@@ -15,6 +15,7 @@ from typing import Any
 from xformer_bench.references import ReferenceTable
 from xformer_bench.results import confounds
 from xformer_bench.results.columns import AFTER_METRICS, BEFORE_METRICS, ColumnSpec, metric_spec
+from xformer_bench.results.baseline_standing import standing
 from xformer_bench.results.final_validation import final_at
 from xformer_bench.results.ngram_floors import floors_sentence
 from xformer_bench.results.metrics import Metric, table_metrics
@@ -167,14 +168,18 @@ def build_table(experiment: str, variants: list[Variant],
         paper)
     loss_runs = [r for v in variants for r in v.on(loss_data)]
     labels = [_data_label(r) for r in loss_runs]
+    learned = None if reference is None else standing(variants[reference].on(loss_data),
+                                                      variants[reference].label)
     return Table(experiment=experiment, columns=tuple(columns), rows=tuple(rows),
                  loss_data=labels[0] if labels else loss_data,
                  baseline=None if reference is None else variants[reference].label,
                  noise_floor=() if reference is None else noise_floors(columns, rows, reference),
                  comparisons=0 if reference is None else len(rows) - 1,
                  notes=(*column_notes(variants, metrics, loss_data, rows, comparison),
-                        *filter(None, [floors_sentence(loss_runs)])),
-                 summary=lines, final_at=final_at(loss_runs))
+                        *filter(None, [floors_sentence(loss_runs),
+                                       learned and learned.sentence])),
+                 summary=lines, final_at=final_at(loss_runs),
+                 early_learning=bool(learned and learned.early))
 
 
 def _seed_rows(variant: Variant, columns: list[Column], metrics: list[Metric], loss_data: str,

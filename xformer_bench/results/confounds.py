@@ -12,8 +12,10 @@ or override; a confound is anything else in which its runs differ from the basel
   named groups and of the groups whose choice already differs, less :data:`IGNORED` (labels,
   names, seeds, paths, logging and machine plumbing).  The swept group's own node is the
   option itself and never a confound, so a swept model preset's sizes are its own;
-  ``model.d_ff`` is left out when the study matches parameters (``match_params``: the solved
-  width is the match, and the parameter check below says whether it held);
+* what parameter matching re-solved (``match_params``), named with the value it was measured
+  against -- ``d_ff 259 (baseline 512)``: RetNet's feed-forward halved to make up for its wider
+  mixer; with ``by: mixer``, ``expand_v 0.6875 (default 2)`` -- and declared by the match (so
+  listed, never marked); the parameter check below says whether the match held;
 * a row named by a ``modification=`` bundle (Narang et al.'s rows that combine choices) is
   named by what the bundle sets as well (:func:`bundle_effects`);
 * the evaluation protocol (``record["eval_protocol"]``: streams with memory, sliding or
@@ -137,12 +139,33 @@ def differences(record: dict[str, Any], base: dict[str, Any], named: Iterable[st
                 or value_text(config.get(key)) == value_text(base_config.get(key))):
             continue
         found.append(Difference(key, f"{key}={value_text(config.get(key))}"))
+    if matched:
+        found += _matched_widths(config, base_config, matched, skipped | named)
     found += _parameter_gap(record, base, matched)
     if protocols[0] != protocols[1] and any(protocols):
         unit = str(record.get("eval_unit") or "bytes")
         found.append(Difference("eval_protocol", "evaluated as "
                                 + (protocol_text(protocols[0], unit) or "the house default")))
-    return [Difference(d.name, d.text, _allowed(d.name, allowed)) for d in found]
+    return [Difference(d.name, d.text, d.allowed or _allowed(d.name, allowed)) for d in found]
+
+
+def _matched_widths(config: dict[str, Any], base_config: dict[str, Any], matched: Any,
+                    own: set[str]) -> list[Difference]:
+    """What ``match_params`` re-solved, where it differs: model.d_ff from the baseline row's
+    (unless ``own``, the row's name, holds it: a swept preset's sizes are its own), the
+    mixer's width (``by: mixer``) from its option's default."""
+    found = []
+    d_ff, base_d_ff = config.get("model.d_ff"), base_config.get("model.d_ff")
+    if own.isdisjoint({"model", "model.d_ff"}) and value_text(d_ff) != value_text(base_d_ff):
+        found.append(Difference("model.d_ff", f"d_ff {value_text(d_ff)} (baseline "
+                                              f"{value_text(base_d_ff)})", allowed=True))
+    result = matched.get("result") if isinstance(matched, Mapping) else None
+    key = (result or {}).get("width")
+    if key and value_text(config.get(key)) != value_text(result.get("width_default")):
+        found.append(Difference(key, f"{key.split('.')[-1]} {value_text(config.get(key))} "
+                                     f"(default {value_text(result['width_default'])})",
+                                allowed=True))
+    return found
 
 
 def _parameter_gap(record: dict[str, Any], base: dict[str, Any], matched: Any) -> list[Difference]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xformer_bench.results.baseline_standing import EARLY_LEARNING
 from xformer_bench.results.final_validation import UNKNOWN
 from xformer_bench.results.significance import ALPHA
 
@@ -66,6 +67,7 @@ class Table:
     notes: tuple[str, ...] = ()           # sentences the columns add to the caption
     summary: tuple[str, ...] = ()         # lines under the table (the paper beside it)
     final_at: str = UNKNOWN               # where "final" was validated (final_validation.final_at)
+    early_learning: bool = False          # the baseline has not learned (baseline_standing)
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ def caption(table: Table, plus_minus: str, missing: str, dagger: str = "†") ->
     if untestable:
         tested += (" Not testable (no variance over seeds in the row or the baseline): "
                    f"{', '.join(untestable)}.")
-    return (f"{table.experiment}: mean{plus_minus}std (sample) over finished seeds; "
+    marked = f" ({EARLY_LEARNING})" if table.early_learning else ""
+    return (f"{table.experiment}{marked}: mean{plus_minus}std (sample) over finished seeds; "
             f"Seeds: finished/total runs on {table.loss_data}; early/final loss: validation "
             f"loss on {table.loss_data} at 1/8 of training and at {table.final_at}; "
             f"best per metric in bold; {missing}: not measured.{tested}"

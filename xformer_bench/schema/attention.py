@@ -104,7 +104,7 @@ OPTIONS = {
         "sine_freq": Float("omega of the FFN's sin(omega x) at start", 0, open_lo=True),
         "short_filter": Int("width of the causal depth-wise convolution on the projections", 1),
         "position_scale": Int("L in t = l / (L - 1): the length the filter's positions scale "
-                              "to", 2),
+                              "to", 2, null="data.seq_len, the training length"),
         "fast_decay_pct": Float("t at which the fastest channel's window reaches decay_target",
                                 0, open_lo=True),
         "slow_decay_pct": Float("t at which the slowest channel's window reaches decay_target",
@@ -178,10 +178,12 @@ OPTIONS = {
         "dropout": DROPOUT,
     },
     "retnet": {
-        "head_dim": Int("query/key width per head: d_model / head_dim heads, at least 1", 2),
-        "n_heads": Int("heads, each d_model / n_heads wide (even)", 1,
-                       null="from attention.head_dim"),
-        "expand_v": Int("W_V and W_G are d_model x expand_v d_model", 1),
+        "head_dim": Int("the paper's query/key width per head (256): d_model / head_dim heads",
+                        2, null="the model's heads"),
+        "n_heads": Either("heads, each d_model / n_heads wide (even); model: max(model.n_heads, "
+                          "d_model / head_dim)", (Int("", 1), Choice("", ("model",))),
+                          null="d_model / head_dim, at least 1"),
+        "expand_v": Float("W_V and W_G are d_model x expand_v d_model", 0, open_lo=True),
         "chunk_size": Int("positions computed in parallel, the state carried between chunks", 1),
         "eps": Float("the per-head group norm's epsilon", 0, open_lo=True),
     },

@@ -29,6 +29,9 @@ STUDY = {
                         null="none", computes=False),
     "option_settings": Mapping("a study's keys for one option of a swept group, "
                                "{GROUP: {OPTION: {KEY: VALUE}}}", null="none", computes=False),
+    "still_learning": Float("the baseline's improvement over its last 20 % of steps above which "
+                            "the table is an early-learning comparison (metric units)", 0,
+                            null="0.05", computes=False),
     "gpu_budget": Seq("the overrides that give the study its GPU budget (--dry-run prints them)",
                       item=Text(""), null="none", computes=False),
     "scaled_rows": Mapping("a published row's overrides at this scale, {LABEL: [OVERRIDE]}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from xformer_bench.schema.keys import Bool, Choice, Float, Int, Mapping, Node, Seq, Text
 
 DECAYS = ("cosine", "linear", "constant", "inverse_sqrt")
+MATCH_BY = ("d_ff", "mixer")  # xformer_bench.models.param_match.BY (a test keeps them equal)
 
 EVAL = Node("how validation and test evaluate", keys={
     "stride": Int("sliding evaluation windows, each scoring its last `stride` bytes", 1,
@@ -47,11 +48,16 @@ TOP = {
                    "same configuration", null="a fresh start", computes=False),
     "skip_completed": Bool("a run whose finished record exists is not run again",
                            computes=False),
-    "match_params": Node("model.d_ff re-solved to the parameter count of a reference", keys={
+    "match_params": Node("model.d_ff (or the mixer's own width) re-solved to the parameter "
+                         "count of a reference", keys={
         "reference": Mapping("the reference's choices, {GROUP: OPTION}"),
         "tolerance": Float("the largest relative difference in parameters accepted", 0, 1,
                            open_lo=True, open_hi=True),
-    }, null="no matching", computes=False),  # its result is model.d_ff, which counts
+        "by": Choice("what is re-solved: d_ff (model.d_ff, else model.d_model) or mixer (the "
+                     "attention option's own width, its class's param_width)", MATCH_BY,
+                     null="d_ff"),
+    }, null="no matching", computes=False),  # its result is model.d_ff (or the mixer's width),
+    # which counts
     "controls": Mapping("a study's rows kept as full-attention controls, {attention: [OPTION]}",
                         null="none", computes=False),
     "eval": EVAL,

@@ -49,14 +49,26 @@ def check_optimization(optim: dict, max_steps: int) -> None:
             raise ConfigError(f"optim.{key}={optim[key]} {fix}")
 
 
+NO_WEIGHT_DECAY = "_no_weight_decay"
+"""A parameter with this attribute set true (``p._no_weight_decay = True``, by the module that
+owns it, as safari's ``_optim``) is never decayed, matrix or not: e.g. hyena's implicit filter.
+A mark on the built model's own parameters (``copy.deepcopy`` of a Parameter drops it)."""
+
+
+def decays(p: torch.Tensor) -> bool:
+    """Whether AdamW decays ``p``: a matrix (dim >= 2) not marked :data:`NO_WEIGHT_DECAY`."""
+    return p.dim() >= 2 and not getattr(p, NO_WEIGHT_DECAY, False)
+
+
 def adamw_with_schedule(module: nn.Module, optim: dict, max_steps: int) -> dict:
     """AdamW; weight decay only on matrices (not biases, norms' gains or embeddings' rows
-    shared with 1-D parameters); the learning rate warmed up and decayed per ``optim``
-    (:func:`~xformer_bench.tasks.schedule.lr_factor`), stepped every optimiser step."""
+    shared with 1-D parameters, nor a parameter marked :data:`NO_WEIGHT_DECAY`); the learning
+    rate warmed up and decayed per ``optim`` (:func:`~xformer_bench.tasks.schedule.lr_factor`),
+    stepped every optimiser step."""
     params = [p for p in module.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim["weight_decay"]},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": [p for p in params if decays(p)], "weight_decay": optim["weight_decay"]},
+        {"params": [p for p in params if not decays(p)], "weight_decay": 0.0},
     ]
     on_gpu = bool(params) and all(p.is_cuda for p in params)  # one fused kernel a step there
     optimizer = torch.optim.AdamW(groups, lr=optim["lr"], betas=tuple(optim["betas"]),
