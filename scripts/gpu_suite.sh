@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The GPU measurements of issues 24 and 25, each stage under its own time limit so a slow or
+# The GPU measurements, each stage under its own time limit so a slow or
 # failing stage costs only itself:
 #     bash scripts/gpu_suite.sh OUT_DIR                        # every stage (about 25 minutes: two calls)
 #     STAGES="fla_tests mixers" bash scripts/gpu_suite.sh OUT  # only those (fits one 10-min call)
 #     SMOKE=1 bash scripts/gpu_suite.sh /tmp/gpu               # the same stages, tiny, on a CPU
-# Stages (issue 25): race_compiled (floor, then xbench: MFU), attention_cuda (every option's
+# Stages: race_compiled (floor, then xbench: MFU), attention_cuda (every option's
 # hand-written kernel, bf16, causal, 1K-16K, against SDPA's FlashAttention as `full`), flex
 # (FlexAttention against the hand-written patterns), cuda_tests, race_eager (floor, xbench,
-# x-transformers).  Issue 24: fla_tests (xbench's chunked engines against fla's kernels),
+# x-transformers); fla_tests (xbench's chunked engines against fla's kernels),
 # mixers (the recurrent mixers' cost with fla's kernels, then with XBENCH_FLA=0 their PyTorch
 # chunked form on the same GPU), decode (tokens/s of cached decoding against tokens generated;
 # on an H200 `full` had not reached 8K tokens in 100 s: each point is printed as measured).
 # Measured on an H200: fla_tests 270 s, mixers_torch 16 s; fla's sweep needs more than 100 s.
+# study: a study's runs at its GPU budget, WORKERS at once on the GPU, resumable (see below).
 # Everything lands in OUT_DIR, and OUT_DIR/gpu_suite.tar.gz after each stage.
 set -u
 out=${1:?usage: gpu_suite.sh OUT_DIR}
@@ -27,7 +28,7 @@ else
   decode_lengths="1024 2048 4096"
 fi
 
-stages=${STAGES:-race_compiled attention_cuda flex cuda_tests race_eager fla_tests mixers decode}
+stages=${STAGES:-race_compiled attention_cuda flex cuda_tests race_eager fla_tests mixers decode study}
 stage() {  # stage NAME SECONDS COMMAND...; runs when STAGES names NAME or its prefix
   local name=$1 limit=$2; shift 2
   case " $stages " in *" $name "*|*" ${name%%_*} "*|*" ${name%_*} "*) ;; *) return 0 ;; esac
@@ -59,7 +60,7 @@ tests=$(ls tests/test_gpu_path.py tests/test_bench_train.py tests/test_ddp.py 2>
 [ "${FLEX:-1}" = 1 ] && tests="$tests $(ls tests/test_flex_attention.py 2>/dev/null)"
 stage cuda_tests 35 python3 -m pytest -v -p no:cacheprovider -rs $tests
 stage race_eager 70 $race --out "$out/r/train_eager"
-# issue 24: fla's kernels (carried as wheels on a machine without them) against xbench's engines
+# fla's kernels (carried as wheels on a machine without them) against xbench's engines
 # a fresh machine spends 1-4 minutes a test compiling and autotuning fla's Triton kernels
 # (H200, fla 0.6.0): the tests run side by side (pytest-xdist) and fla's timing stage is long
 parallel=$(python3 -c "import xdist" 2>/dev/null && echo "-n 10")
@@ -73,5 +74,24 @@ XBENCH_FLA=0 stage mixers_torch 100 python3 scripts/bench_attention.py --device 
   --lengths $lengths --repeats 3 --cap-seconds 1 --out "$out/r/mixers_torch"
 stage decode 100 python3 scripts/bench_decode.py --device $device --dtype $train_dtype \
   --attention full mamba2 gated_deltanet gla --lengths $decode_lengths --out "$out/r/decode"
+# A study at its GPU budget (the study's gpu_budget, printed by --dry-run), WORKERS runs at once
+# on the one GPU, each with its share of the CPU cores.  Resumable: the records accumulate in
+# STUDY_RESULTS (in the checkout: commit what comes back), finished runs are skipped and a killed
+# run resumes from its last resume point; each stage's records are copied to OUT_DIR as it ends.
+# Needs the budget's data under data/ (enwik8.zip: the machine is offline); STUDY_DATA overrides.
+study=${STUDY:-narang_table1}
+study_results=${STUDY_RESULTS:-results/gpu_studies}
+if [ "${SMOKE:-0}" = 1 ]; then
+  budget="experiment=smoke"
+else
+  budget="experiment=$study $(python3 -c "from xformer_bench.sweep_plan import budget_lines as b
+print(b(['experiment=$study'])[-1].split(' ', 6)[-1])") ${STUDY_DATA:-}"
+fi
+stage study ${STUDY_SECONDS:-540} python3 -m xformer_bench.cli -m $budget logger=none \
+  paths.results_dir=$study_results --workers ${WORKERS:-4}
+mkdir -p "$out/r/studies"  # the records (not the resume points: they stay on the machine)
+records=$(cd "$out/r/studies" && pwd)
+(cd "$study_results" 2>/dev/null && find . -name '*.json' -not -path './checkpoints/*' \
+  -exec cp --parents {} "$records/" \;)
 echo "done $(date -u +%T)" | tee -a "$log"
 tar -czf "$out/gpu_suite.tar.gz" -C "$out" r
