@@ -9,7 +9,7 @@ BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.xbench-installed
 TEST_WORKERS ?= 2
 
-.PHONY: help install run test test-full study table time-rows clean
+.PHONY: help install run test test-full study table references time-rows clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,14 +36,17 @@ study: install  ## a whole study: make study EXPERIMENT=narang_activations (fini
 	$(BIN)/xbench -m experiment=$(EXPERIMENT) $(ARGS)
 
 table: TABLE_RESULTS := results
-table: install  ## results/ -> tables + plots in results/tables/; each shipped reference's records -> its tables
-	$(BIN)/python -m xformer_bench.results --results-dir $(TABLE_RESULTS) --out $(TABLE_RESULTS)/tables --allow-empty
-	@for records in $(TABLE_RESULTS)/reference/*/records; do [ -d "$$records" ] || continue; \
+table: install  ## your runs: results/ (less reference/, bench/) -> tables + plots in results/tables/ (xbench-table --help)
+	@$(BIN)/xbench-table --results-dir $(TABLE_RESULTS) --out $(TABLE_RESULTS)/tables --allow-empty
+
+references: TABLE_RESULTS := results
+references: install  ## re-render each shipped results/reference/<name>/records into its folder (a few minutes)
+	@status=0; for records in $(TABLE_RESULTS)/reference/*/records; do [ -d "$$records" ] || continue; \
 	  if [ -f "$${records%/records}/INCOMPLETE" ]; then \
 	    echo "skip $${records%/records}: $$(head -1 $${records%/records}/INCOMPLETE)"; continue; fi; \
 	  echo "$$records -> $${records%/records}"; \
-	  $(BIN)/python -m xformer_bench.results --results-dir $$records --out $${records%/records} \
-	    || exit 1; done
+	  $(BIN)/xbench-table --results-dir $$records --out $${records%/records} >/dev/null \
+	    || { echo "error: $$records: the tables failed (above)" >&2; status=1; }; done; exit $$status
 
 time-rows: install  ## time each row of a study alone (the table's Step/s): make time-rows EXPERIMENT=...
 	$(BIN)/python -m xformer_bench.bench.row_timing --results-dir results --experiment $(EXPERIMENT) $(ARGS)

@@ -182,10 +182,12 @@ def test_the_cli_prints_the_prompt_and_the_sampled_bytes(trained, capsys):
 def test_a_run_without_checkpoint_is_one_error_line(trained, tmp_path, capsys):
     record = json.loads(trained[1].read_text())
     record["run_dir"] = str(tmp_path / "elsewhere")
+    record["weights_path"] = None  # nor final weights
     (tmp_path / "r.json").write_text(json.dumps(record))
     assert main([str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "trainer.checkpoint=true" in err and "\n" not in err
+    assert err.startswith("error:") and "\n" not in err
+    assert "trainer.keep_weights=true skip_completed=false" in err
     assert main([str(tmp_path / "missing.json")]) == 2
 
 

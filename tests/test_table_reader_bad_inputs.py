@@ -140,14 +140,17 @@ def test_runs_of_one_row_that_differ_in_a_setting_are_never_averaged_as_seeds(
 
 
 def test_a_json_that_is_no_run_record_is_one_summary_line(tmp_path, capsys):
+    """results/bench (benchmark outputs) is not read at all: not a line; JSON elsewhere that
+    claims no run (no schema, no run_id) is one summary line."""
     results = study_copy(tmp_path, "relu", "gelu")
-    (results / "bench").mkdir()
-    for name in ("train.json", "flex_cuda.json"):
-        shutil.copy(ROOT / "results" / "bench" / name, results / "bench")
+    for folder in ("bench", "notes"):
+        (results / folder).mkdir()
+        for name in ("train.json", "flex_cuda.json"):
+            shutil.copy(ROOT / "results" / "bench" / name, results / folder)
     status, err = tables(results, tmp_path / "out", capsys)
     assert status == 0
     assert err == [f"ignored 2 JSON file(s) that are no run records (no schema, no run_id) in "
-                   f"{results / 'bench'}"]
+                   f"{results / 'notes'}"]
 
 
 def test_out_under_a_file_is_one_error_line_end_to_end(tmp_path):

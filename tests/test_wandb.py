@@ -1,4 +1,10 @@
-"""`logger=wandb`: offline by itself without an account; one W&B run per xbench run."""
+"""`logger=wandb`: offline by itself without an account; one W&B run per xbench run, grouped by
+study, typed by row, tagged by choice, its summary the record's headline numbers; a sweep's
+offline runs in one folder, with one `wandb sync` for all of them.
+
+The offline runs are read back from their ``.wandb`` files: wandb (0.31) reads them only in its
+Go core, so the file's LevelDB-style framing is undone here and each record decoded with
+wandb's own protobuf messages (:mod:`wandb.proto`)."""
 
 from __future__ import annotations
 
@@ -8,11 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_RUN, compose_config
+from conftest import TINY_RUN, compose_config, xbench
+from xformer_bench.config import choice_groups
+from xformer_bench.results.record import load, run_identity
 from xformer_bench.run import execute
 from xformer_bench.training.wandb_logger import resolve_mode
 
-CHOICE_KEYS = ("model", "attention", "norm", "activation", "position", "ffn", "data")
+CHOICES = {"model:vanilla", "attention:full", "norm:layernorm", "activation:gelu",
+           "position:sinusoidal", "ffn:dense", "stack:standard", "embedding:lookup",
+           "head:softmax", "data:synthetic"}
 
 
 def _wandb_records(path: Path) -> list:
@@ -39,30 +49,58 @@ def _wandb_records(path: Path) -> list:
 
 
 def _items(items) -> dict:
-    return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in items}
+    return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
 
 
 def _offline_run(run_folder: Path) -> dict:
-    """Group, name, tags, config and logged metrics (last value per key) of an offline run."""
+    """What W&B would show of an offline run: group, job type, name, tags, config, and the
+    summary (each logged metric's last value, then what the run put in its summary)."""
     [run_file] = run_folder.glob("run-*.wandb")
-    found: dict = {"metrics": {}}
+    found: dict = {"summary": {}}
     for record in _wandb_records(run_file):
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            found.update(group=record.run.run_group, name=record.run.display_name,
-                         tags=list(record.run.tags),
+            found.update(group=record.run.run_group, job_type=record.run.job_type,
+                         name=record.run.display_name, tags=list(record.run.tags),
                          config=_items(record.run.config.update))
         elif kind == "history":
-            found["metrics"].update(_items(record.history.item))
+            found["summary"].update(_items(record.history.item))
+        elif kind == "summary":
+            found["summary"].update(_items(record.summary.update))
+        elif kind == "config":
+            found["config"].update(_items(record.config.update))
+    found["config"].pop("_wandb", None)  # wandb's own bookkeeping, hidden in its exports too
     return found
 
 
-def _run(tmp_path: Path, *overrides: str) -> dict:
+def _run(tmp_path: Path, *job: str) -> dict:
+    """One job as a sweep runs it, in its own folder under ``multirun/``."""
     overrides = (*TINY_RUN, "logger=wandb", "logger.tags=[paper,smoke]", "experiment_name=study",
-                 f"paths.results_dir={tmp_path / 'results'}", *overrides)
+                 f"paths.results_dir={tmp_path / 'results'}", *job)
     config = compose_config(*overrides)
-    choices = {g: config[g]["name"] for g in CHOICE_KEYS}
-    return execute(config, choices, list(overrides), tmp_path / f"run_s{config['seed']}")
+    choices = {g: config[g]["name"] for g in choice_groups() if "name" in config.get(g, {})}
+    return execute(config, choices, list(overrides), tmp_path / "multirun" / "_".join(job))
+
+
+def _hints(capsys) -> list[Path]:
+    out = capsys.readouterr().out.splitlines()
+    return [Path(line.split("wandb sync ")[1]) for line in out if "wandb sync" in line]
+
+
+def _assert_logged(run: dict, record: dict) -> None:
+    """The W&B run says what the record says: its study, name, config and headline numbers."""
+    assert run["group"] == "study" and run["name"] == record["run_id"]
+    assert run["config"] == json.loads(json.dumps(record["config"], default=str))
+    assert "activation.name" not in run["config"] and run["config"]["activation"]["name"]
+    summary = run["summary"]
+    for key in ("status", "params", "active_params", "flops_per_step", "step_memory_mb",
+                "steps", "primary_metric"):
+        assert summary[key] == record[key], key
+    assert summary["status"] == "finished" and summary["params"] > 0
+    metric = record["primary_metric"]  # the numbers `make table` averages
+    assert summary[f"final/val/{metric}"] == record["final"][f"val/{metric}"]
+    assert summary[f"test/{metric}"] == record["test"][f"test/{metric}"]
+    assert summary["final/step"] == record["final"]["step"] == 16
 
 
 @pytest.fixture
@@ -76,26 +114,66 @@ def no_account(monkeypatch, tmp_path):
     return netrc
 
 
-def test_without_an_account_each_run_is_its_own_offline_wandb_run(tmp_path, no_account, capsys):
-    first = _run(tmp_path, "seed=0")
-    second = _run(tmp_path, "seed=1")  # as the next job of a sweep, in the same process
-    hints = [line for line in capsys.readouterr().out.splitlines() if "wandb sync" in line]
-    assert len(hints) == 2
-    folders = [Path(line.split("wandb sync ")[1]) for line in hints]
-    for record, folder in zip((first, second), folders):
-        assert folder.parent == Path(record["run_dir"]) / "wandb"
-        assert folder.name.startswith("offline-run-")
-        run = _offline_run(folder)
-        assert run["group"] == "study" and run["tags"] == ["paper", "smoke"]
-        assert run["name"] == record["run_id"]
-        assert {k: run["config"][k] for k in CHOICE_KEYS} == {
-            "model": "vanilla", "attention": "full", "norm": "layernorm", "activation": "gelu",
-            "position": "sinusoidal", "ffn": "dense", "data": "synthetic"}
-        assert run["config"]["model.d_model"] == 32 and run["config"]["seed"] == record["seed"]
-        assert run["metrics"]["val/bpb"] == pytest.approx(record["final"]["val/bpb"])
-        assert run["metrics"]["test/bpb"] == pytest.approx(record["test"]["test/bpb"])
-        assert run["metrics"]["trainer/global_step"] == 16
-    assert folders[0] != folders[1]
+def test_a_single_run_is_one_offline_wandb_run_that_says_what_its_record_says(
+        tmp_path, no_account, capsys):
+    record = _run(tmp_path, "seed=0")
+    [folder] = _hints(capsys)  # a single run: its own hint, its own folder
+    assert folder.parent == Path(record["run_dir"]) / "wandb"
+    assert folder.name.startswith("offline-run-")
+    run = _offline_run(folder)
+    _assert_logged(run, record)
+    assert run["tags"][:2] == ["paper", "smoke"] and set(run["tags"][2:]) == CHOICES
+    assert run["job_type"].startswith("vanilla-full-layernorm-gelu-sinusoidal_")
+
+
+def test_a_failed_run_says_so_in_its_summary(tmp_path, no_account, capsys, monkeypatch):
+    from lightning.pytorch import Trainer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of luck")
+
+    monkeypatch.setattr(Trainer, "test", broken)  # trained, then fails
+    with pytest.raises(RuntimeError, match="out of luck"):
+        _run(tmp_path, "seed=0")
+    [record] = map(load, (tmp_path / "results" / "study").glob("*.json"))
+    [folder] = _hints(capsys)
+    summary = _offline_run(folder)["summary"]
+    assert summary["status"] == record["status"] == "failed"
+    assert summary["error"] == record["error"] == "RuntimeError: out of luck"
+    assert summary["final/val/bpb"] == record["final"]["val/bpb"] and record["test"] is None
+
+
+def test_a_sweep_keeps_its_offline_runs_in_one_folder_with_one_sync_hint(tmp_path, no_account,
+                                                                         monkeypatch):
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)  # its own wandb-core, not this process's
+    result = xbench("-m", *TINY_RUN, "logger=wandb", "logger.tags=[paper,smoke]",
+                    "experiment_name=study", "seed=0,1", "activation=gelu,relu", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    [hint] = [line for line in result.stdout.splitlines() if "wandb sync" in line]
+    assert "ran 4 run(s) of this sweep offline" in hint
+    folder = Path(hint.split("wandb sync ")[1])
+    [sweep] = (tmp_path / "multirun" / "study").iterdir()
+    assert folder == sweep / "wandb"  # the sweep's folder, not each job's
+    runs = {run["name"]: run for run in map(_offline_run, folder.glob("offline-*"))}
+    records = {r["run_id"]: r for r in map(load, (tmp_path / "results" / "study").glob("*.json"))}
+    assert sorted(runs) == sorted(records) and len(runs) == 4
+    rows: dict[str, set] = {}
+    for run_id, record in records.items():
+        _assert_logged(runs[run_id], record)
+        assert f"activation:{record['choices']['activation']}" in runs[run_id]["tags"]
+        rows.setdefault(runs[run_id]["job_type"], set()).add(
+            (record["choices"]["activation"], record["seed"]))
+    assert sorted(rows.values(), key=sorted) == [{("gelu", 0), ("gelu", 1)},
+                                                 {("relu", 0), ("relu", 1)}]  # a row: its seeds
+
+
+def test_logging_to_wandb_keeps_the_run_id():
+    plain = compose_config(*TINY_RUN)
+    logged = compose_config(*TINY_RUN, "logger=wandb", "logger.tags=[paper]",
+                            "logger.project=elsewhere", "logger.mode=offline")
+    choices = {g: plain[g]["name"] for g in ("model", "attention", "norm", "activation",
+                                             "position")}
+    assert run_identity(logged, {**choices, "logger": "wandb"}) == run_identity(plain, choices)
 
 
 @pytest.mark.parametrize("configured, env, netrc_entry, expected", [

@@ -12,7 +12,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from xformer_bench.config import CONF_DIR
+from xformer_bench.config import (CONF_DIR, add_user_conf, check_user_conf, register_user_conf,
+                                  take_config_dirs)
 from xformer_bench.errors import ConfigError
 from xformer_bench.job import fail, print_traceback_if_debugging, run_job
 from xformer_bench.parallel_sweep import FLAG as WORKERS_FLAG
@@ -73,8 +74,12 @@ def main() -> None:
     problem = _missing_launcher(sys.argv[1:])
     if problem:
         sys.exit(f"error: {problem}")
-    try:
-        workers, arguments = split_workers(sys.argv[1:])
+    try:  # --config-dir X: into XBENCH_CONF, which the preflight, the planner, Hydra (through
+        # register_user_conf) and the --workers processes all read; Hydra then needs no flag
+        folders, arguments = take_config_dirs(sys.argv[1:])
+        add_user_conf(folders)
+        check_user_conf()
+        workers, arguments = split_workers(arguments)
         if workers is not None and not set(arguments) & set(MULTIRUN_FLAGS):
             raise ConfigError(f"{WORKERS_FLAG} shares a sweep's jobs among processes: add -m")
     except ConfigError as error:
@@ -85,6 +90,7 @@ def main() -> None:
         fail(2, str(error), [], multirun=False)
     if workers is not None and DRY_RUN not in arguments and workers > 1:
         sys.exit(run_workers(arguments, workers))
+    register_user_conf()  # @hydra.main searches the user folders too
     sys.argv = [sys.argv[0], *arguments]
     _run_sweeps()
 

@@ -47,9 +47,10 @@ class HybridLayout:
 def attention_option(value: Any) -> dict[str, Any]:
     """The option node of ``model.hybrid.attention``: given, or read from the option's YAML
     (``conf/attention/<name>.yaml``) when named; one ConfigError line for an unknown option."""
-    from xformer_bench.config import CONF_DIR
+    from xformer_bench.config import find_config
+    from xformer_bench.config import options as group_options
 
-    options = sorted(p.stem for p in (CONF_DIR / "attention").glob("*.yaml"))
+    options = group_options("attention")
     name = value.get("name") if isinstance(value, Mapping) else value
     if not isinstance(name, str) or name not in options:
         raise ConfigError(f"model.hybrid.attention={name!r} is not an attention option; "
@@ -58,7 +59,7 @@ def attention_option(value: Any) -> dict[str, Any]:
         return dict(value)
     import yaml
 
-    return yaml.safe_load((CONF_DIR / "attention" / f"{value}.yaml").read_text())
+    return yaml.safe_load(find_config("attention", value).read_text())
 
 
 def _int(key: str, value: Any, low: int) -> int:

@@ -19,7 +19,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from xformer_bench.config import CONF_DIR, choice_groups, compose_config, group_order
+from xformer_bench.config import choice_groups, compose_config, find_config, group_order, options
 from xformer_bench.errors import ConfigError
 
 PART_ORDER = ("position", "norm", "activation", "ffn", "stack", "attention")
@@ -58,8 +58,8 @@ class Ladder:
 
 
 def _check_preset(preset: str) -> None:
-    if not (CONF_DIR / "model" / f"{preset}.yaml").is_file():
-        presets = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+    if find_config("model", preset) is None:
+        presets = options("model")
         near = difflib.get_close_matches(preset, presets, n=3)
         hint = f"did you mean {', '.join(near)}?" if near else f"presets: {', '.join(presets)}"
         raise ConfigError(f"no ladder for model={preset}: not a preset of conf/model/ ({hint})")
@@ -80,8 +80,7 @@ def composed(*overrides: str) -> dict[str, Any]:
 
 def study_overrides(study: str | None) -> tuple[str, ...]:
     """``experiment=<study>`` when ``study`` is a study of conf/experiment/, else nothing."""
-    return (f"experiment={study}",) if study and (CONF_DIR / "experiment" / f"{study}.yaml"
-                                                  ).is_file() else ()
+    return (f"experiment={study}",) if study and find_config("experiment", study) else ()
 
 
 def _part_rank(name: str) -> tuple:

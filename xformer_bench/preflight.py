@@ -18,7 +18,9 @@ them (a tenth of a second; no torch), and the first problem becomes one :class:`
 * a value its key's declaration refuses, a key nothing declares, a model preset given data of
   another shape (:mod:`xformer_bench.schema`);
 * a folder the run would write that cannot be written (results, resume points, the run
-  directory: ``hydra.run.dir``, or ``hydra.sweep.dir`` with ``-m``).
+  directory: ``hydra.run.dir``, or ``hydra.sweep.dir`` with ``-m``);
+* a user config folder (``--config-dir``, ``XBENCH_CONF``) that is not there, or that holds a
+  file at a path of conf/'s (:func:`xformer_bench.config.check_user_conf`).
 
 With ``-m`` each swept key is composed at its first value; every value of a swept group is then
 checked against the group's options, every value of a swept key against its declaration, and
@@ -35,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -44,7 +46,7 @@ from hydra.errors import (ConfigCompositionException, HydraException, MissingCon
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from xformer_bench.config import CONF_DIR
+from xformer_bench.config import check_user_conf, initialize_conf, take_config_dirs, user_conf
 from xformer_bench.errors import ConfigError
 from xformer_bench.hardware import check_trainer_hardware
 from xformer_bench.schema import check_config, check_folders
@@ -62,13 +64,15 @@ def command_line_error(argv: Sequence[str]) -> ConfigError | None:
     :class:`ConfigError` whose message names the fix; None when it composes, or when a Hydra
     flag other than ``-m`` and the ones that only show the config (:func:`shown_only`) leaves
     the command line to Hydra."""
-    argv = shown_only(argv)
-    if any(arg.startswith("-") and arg not in MULTIRUN_FLAGS for arg in argv):
-        return None
-    multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            _check([arg for arg in argv if arg not in MULTIRUN_FLAGS], multirun)
+        folders, argv = take_config_dirs(shown_only(argv))  # --config-dir: checked as XBENCH_CONF
+        with user_conf(folders):
+            check_user_conf()
+            if any(arg.startswith("-") and arg not in MULTIRUN_FLAGS for arg in argv):
+                return None
+            multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
+            with initialize_conf():
+                _check([arg for arg in argv if arg not in MULTIRUN_FLAGS], multirun)
     except ConfigError as error:
         return error
     return None
@@ -159,13 +163,14 @@ def _check_every_value(sweep: Override, config: dict[str, Any], groups: set[str]
     its declaration accepts (the first job's config with that value in place), and of a swept
     ``trainer.*`` key one the machine can run."""
     key = sweep.key_or_group
-    if key in groups:
+    values = list(sweep.sweep_iterator()) if sweep.is_sweep_override() else [sweep.value()]
+    if key in groups:  # a study's sweep may give one value (seed: 0): checked as one
         options = GlobalHydra.instance().config_loader().get_group_options(key)
-        for option in map(str, sweep.sweep_iterator()):
+        for option in map(str, values):
             if option not in options:
                 raise _not_an_option(key, option, options)
         return
-    for value in sweep.sweep_iterator():
+    for value in values:
         if key.startswith("trainer."):
             check_trainer_hardware({**(config.get("trainer") or {}), key.split(".", 1)[1]: value})
         swept = _with_value(config, key, value)

@@ -11,6 +11,7 @@ from xformer_bench.errors import ConfigError, DivergedError, UnmeasuredError, Xb
 from xformer_bench.hardware import resolve_precision
 from xformer_bench.results import record as records
 from xformer_bench.schema.folders import unwritable
+from xformer_bench.training.loggers import finish_logging
 from xformer_bench.training.peak_memory import RunPeakMemory
 from xformer_bench.training.preemption import RunInterrupted
 from xformer_bench.training.spawned_ranks import shared_with_spawned_ranks
@@ -160,6 +161,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     from xformer_bench.training.loggers import build_loggers, close_loggers
     from xformer_bench.training.throughput import Throughput
     from xformer_bench.training.checkpoints import discard
+    from xformer_bench.training.final_weights import keep_final_weights
     from xformer_bench.training.trainer import build_trainer
     from xformer_bench.training.validation_schedule import validation_steps
     from xformer_bench.training.validation_history import ValidationHistory
@@ -216,6 +218,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
         test = trainer.test(task, datamodule=datamodule, verbose=False)
         record["test"] = test[0] if test else None
         completed = True
+        record["weights_path"] = keep_final_weights(config, record, trainer)  # keep_weights
         discard(checkpoints.folder)  # finished: the record is the result
     finally:
         max_steps = config["trainer"]["max_steps"]
@@ -277,6 +280,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
         record.update(status="failed", error=f"{type(error).__name__}: {error}")
         raise
     finally:
+        finish_logging(record)  # the outcome known: a W&B run's summary, then it closes
         if record["params"] is not None:  # the model was built: training started
             record["wall_time_sec"] = time.perf_counter() - started
             record["peak_memory_mb"], record["peak_memory_kind"] = memory.read()

@@ -45,7 +45,8 @@ def number(kind: type, low: float, high: float = math.inf, *, above: bool = Fals
 def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
     """The arguments, each in range, and the combinations that cannot work refused."""
     parser = Parser(prog="xbench-sample", description=description)
-    parser.add_argument("path", type=Path, help="a run record (.json) or a checkpoint (.ckpt)")
+    parser.add_argument("path", type=Path,
+                        help="a run record (.json), a checkpoint (.ckpt) or a run's final.pt")
     parser.add_argument("--prompt", default="The ", help="text to continue (default 'The ')")
     parser.add_argument("--length", type=number(int, 0), default=200, help="bytes to generate")
     parser.add_argument("--temperature", type=number(float, 0, note=" (0: greedy)"),

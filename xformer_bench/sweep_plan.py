@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from xformer_bench.config import CONF_DIR
+from xformer_bench.config import initialize_conf
 from xformer_bench.errors import ConfigError
 from xformer_bench.paper_rows import key_of, one_job
 from xformer_bench.preflight import MULTIRUN_FLAGS
@@ -77,15 +77,15 @@ def study_sweeps(argv: Sequence[str]) -> list[str]:
 
 
 class _hydra:
-    """Hydra's global state initialised on ``conf/`` for the block, unless it already is."""
+    """Hydra's global state initialised on ``conf/`` and the user's config folders
+    (:func:`xformer_bench.config.initialize_conf`) for the block, unless it already is."""
 
     def __enter__(self) -> None:
-        from hydra import initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
         self._context = None
         if not GlobalHydra.instance().is_initialized():
-            self._context = initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3")
+            self._context = initialize_conf()
             self._context.__enter__()
 
     def __exit__(self, *exc: object) -> None:

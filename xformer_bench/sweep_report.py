@@ -1,7 +1,8 @@
 """What a sweep tells its user: ``k/N`` before each job, with the time spent and an estimate of
 what is left, and at the end one line per job that did not finish, the counts, and the exit
 status -- non-zero when any job was refused, failed or was interrupted (a sweep that hid its
-failures behind exit 0 let a study look complete).
+failures behind exit 0 let a study look complete) -- and the notes its jobs left for the end
+(:attr:`SweepReport.notes`: one ``wandb sync`` for the whole sweep).
 
 One report per ``xbench -m`` invocation (:func:`begin`), filled by each job as it ends
 (:func:`outcome`); Hydra's basic launcher runs the jobs in this process, one after another.  A
@@ -40,6 +41,9 @@ class SweepReport:
     varying: frozenset[str] = frozenset()  # the keys whose values differ between jobs
     jobs: list[Job] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    notes: dict[str, str] = field(default_factory=dict)
+    """A line per topic, printed once after the summary: what concerns every job, said once
+    (the one ``wandb sync`` of the sweep's offline runs)."""
 
     def job_starts(self, overrides: list[str]) -> None:
         """``[xbench] job k/N (elapsed, ~left): key=value ...`` -- the keys the sweep varies;
@@ -121,4 +125,6 @@ def end() -> int:
         return 0
     status = report.exit_status()
     print("\n".join(report.summary()), file=sys.stderr if status else sys.stdout, flush=True)
+    for line in report.notes.values():
+        print(line, flush=True)
     return status

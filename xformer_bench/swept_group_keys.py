@@ -25,15 +25,16 @@ from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from xformer_bench.config import CONF_DIR
+from xformer_bench.config import config_groups
 from xformer_bench.errors import ConfigError
 from xformer_bench.registry import DESCRIPTIVE_KEYS
 
 
 def _swept_groups(overrides: Sequence[Override]) -> set[str]:
     """The config groups ``overrides`` sweep over several options (``attention=a,b``)."""
+    groups = config_groups()
     return {o.key_or_group for o in overrides if o.is_sweep_override()
-            and o.is_discrete_sweep() and (CONF_DIR / o.key_or_group).is_dir()}
+            and o.is_discrete_sweep() and o.key_or_group in groups}
 
 
 def _key_of_group(override: Override, groups: set[str]) -> bool:

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from xformer_bench.config import CONF_DIR, compose_config
+from xformer_bench.config import compose_config, find_config
 from xformer_bench.errors import ConfigError, XbenchError
 
 NOMINAL_VOCAB = 256
@@ -260,7 +260,7 @@ def _read_request(request: dict[str, Any]) -> tuple[dict[str, str], float, str]:
         raise ConfigError("match_params needs reference: {GROUP: OPTION} and tolerance: "
                           "e.g. match_params={reference: {attention: full}, tolerance: 0.02}")
     for group, option in reference.items():
-        if not (CONF_DIR / group / f"{option}.yaml").is_file():
+        if find_config(group, str(option)) is None:
             raise ConfigError(f"match_params.reference {group}={option} is not an option of "
                               f"conf/{group}/")
     return reference, float(request["tolerance"]), by

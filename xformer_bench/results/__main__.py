@@ -1,4 +1,5 @@
-"""``python -m xformer_bench.results``: run records -> LaTeX/Markdown/CSV tables and plots."""
+"""``xbench-table`` (``make table``, ``make references``): run records -> LaTeX/Markdown/CSV
+tables and plots.  ``python -m xformer_bench.results`` is the same command (this ``main``)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from xformer_bench.schema.folders import unwritable
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m xformer_bench.results",
+        prog="xbench-table",
         description="Aggregate the run records under --results-dir into one table per "
-                    "experiment (.tex, .md, .csv) plus validation-curve and trade-off plots.")
+                    "experiment (.tex, .md, .csv) plus plots: validation curves, each row's "
+                    "difference from the baseline row, and quality against calibrated speed "
+                    "(or parameters). Its bench/, reference/ and tables/ folders are not read: "
+                    "`make table` renders your results/, `make references` each shipped "
+                    "results/reference/<name>/records. Same as python -m xformer_bench.results.")
     parser.add_argument("--results-dir", type=Path, default=Path("results"),
                         help="folder searched for run records (default: results)")
     parser.add_argument("--out", type=Path, default=None,

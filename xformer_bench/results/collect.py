@@ -2,8 +2,11 @@
 
 A file that is not a valid record (truncated JSON, missing keys, a malformed ``history``, a
 ``finished`` run without a finite primary metric) is reported and skipped; it never stops the
-others from being read.  A JSON object with neither ``schema`` nor ``run_id`` (a benchmark's
-output under ``results/bench``) is no run record at all: only counted (``Collection.foreign``).
+others from being read.  The folders of a results folder that hold no runs of it
+(:data:`NOT_RUNS`: ``bench/``, the benchmarks' outputs; ``reference/``, the shipped studies,
+each its own results folder, ``make references``; ``tables/``) are not descended into.  A JSON
+object elsewhere with neither ``schema`` nor ``run_id`` is no run record at all: only counted
+(``Collection.foreign``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from typing import Any
 
 from xformer_bench.results.record import (SCHEMA_VERSION, check_shapes, unmeasured, upgrade,
                                           validate)
+
+NOT_RUNS = ("bench", "reference", "tables")
+"""Folders directly under a results folder that hold none of its runs: benchmark outputs
+(``scripts/bench_*.py``, ``results/bench``), the shipped references (``results/reference``,
+rendered one by one by ``make references``) and the tables written there."""
 
 TIMING_FILE = "timing.json"
 """A study's calibrated timing pass (:mod:`~xformer_bench.results.speed`), beside its records."""
@@ -46,9 +54,10 @@ class Collection:
 
 
 def record_paths(results_dir: Path, exclude: tuple[Path, ...] = ()) -> list[Path]:
-    """Every ``*.json`` under ``results_dir`` not inside an excluded folder, in path order,
-    less the calibrated timings beside the records (:data:`TIMING_FILE`: not a run)."""
-    excluded = [p.resolve() for p in exclude]
+    """Every ``*.json`` under ``results_dir`` not inside an excluded folder nor one of its
+    :data:`NOT_RUNS` folders, in path order, less the calibrated timings beside the records
+    (:data:`TIMING_FILE`: not a run)."""
+    excluded = [p.resolve() for p in (*exclude, *(Path(results_dir) / n for n in NOT_RUNS))]
     paths = []
     for path in sorted(Path(results_dir).rglob("*.json")):
         resolved = path.resolve()

@@ -33,11 +33,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, flatten
+from xformer_bench.config import PLUMBING_GROUPS, find_config, flatten
 from xformer_bench.results.record import identity_config
 from xformer_bench.results.variants import data_of
 
@@ -101,14 +102,17 @@ def _si(value: float) -> str:
     return si(value)
 
 
-@functools.lru_cache(maxsize=None)
 def bundle_effects(name: str | None) -> frozenset[str]:
-    """What the ``modification=<name>`` bundle sets (``conf/modification/<name>.yaml``): the
-    groups its defaults override and the dotted keys it sets.  A row named by a bundle is
-    named by these too: SwiGLU's ``activation=swiglu`` is its change, not a confound."""
-    path = CONF_DIR / BUNDLE / f"{name}.yaml"
-    if not name or not path.is_file():
-        return frozenset()
+    """What the ``modification=<name>`` bundle sets (``conf/modification/<name>.yaml``, or a
+    user config folder's): the groups its defaults override and the dotted keys it sets.  A
+    row named by a bundle is named by these too: SwiGLU's ``activation=swiglu`` is its change,
+    not a confound."""
+    path = find_config(BUNDLE, str(name)) if name else None
+    return _bundle_file_effects(path) if path is not None else frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def _bundle_file_effects(path: Path) -> frozenset[str]:
     node = yaml.safe_load(path.read_text()) or {}
     groups = {next(iter(entry)).split("/")[-1] for entry in node.get("defaults", [])
               if isinstance(entry, dict) and next(iter(entry)).startswith("override /")}

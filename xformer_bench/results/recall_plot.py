@@ -3,7 +3,7 @@ Improving Recall in Efficient Language Models"): MQAR accuracy (y) against the b
 each layer keeps to continue a sequence (x, log scale; the record's ``state_bytes.per_layer``,
 :mod:`xformer_bench.models.state_size`), one panel per task setting (sequence length, pairs),
 one line per token mixer (a hybrid named by its layout), its points the model sizes run,
-each the mean over seeds of the test accuracy with a min-max bar.
+each the mean over seeds of the test accuracy with a min-max bar (named in the legend).
 
 Only finished runs whose task reports accuracy (``data=mqar``) and whose record carries the
 state size are drawn; an experiment without them gets no figure.
@@ -66,6 +66,7 @@ def recall_points(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, list
 def plot_recall_vs_state(experiment: str, records: Iterable[dict[str, Any]],
                          base: Path) -> list[Path]:
     """``<base>_recall_state.{png,pdf}``; nothing when no record has both measures."""
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import NullFormatter
 
     from xformer_bench.results.plots import _figure, _legend, _save, style
@@ -85,7 +86,9 @@ def plot_recall_vs_state(experiment: str, records: Iterable[dict[str, Any]],
         axes.set_xscale("log")
         axes.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: no overlap
         axes.set(title=f"{experiment} - {panel}", xlabel="state per layer (bytes, fp32)",
-                 ylabel=ACCURACY.title, ylim=(-2, 102))
+                 ylabel=f"test {ACCURACY.title.replace(' %', ' (%)')}", ylim=(-2, 102))
         axes.grid(True, which="both", alpha=0.3)
-    _legend(figure, len(mixers))
+    bar = Line2D([], [], color="0.3", marker="|", markersize=10, linestyle="none",
+                 label="bar: min-max over seeds; point: mean")
+    _legend(figure, len(mixers) + 1, extra=[bar])
     return _save(figure, base.with_name(base.name + "_recall_state"))

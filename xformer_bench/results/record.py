@@ -74,6 +74,10 @@ REQUIRED_KEYS = (
     "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "task", "metrics",
     "primary_metric", "eval_unit", "eval_counts", "steps", "wall_time_sec", "config",
 )
+OPTIONAL_KEYS = ("weights_path",)
+"""Keys a record may lack (written before they existed): ``weights_path``, the run's final
+weights when it kept them (``trainer.keep_weights``: :mod:`xformer_bench.training.final_weights`),
+read by ``xbench-sample``; None when it kept none."""
 TASK_KEYS = ("task", "metrics", "primary_metric", "eval_unit")
 """Keys the task fills once built (:func:`task_fields`); None (metrics: []) until then."""
 
@@ -110,6 +114,7 @@ def new_record(config: dict[str, Any], choices: dict[str, Any], overrides: list[
         "metrics": [], "eval_counts": {}, "flops_analytic": {}, "flops_uncounted": [],
         "model_report": {}, "steps": 0,
         "config": config, "run_dir": str(run_dir), "started_at": now(),
+        "weights_path": None,  # optional (older records lack it): the kept final weights
     }
 
 

@@ -22,10 +22,11 @@ RENDERERS = {"md": markdown.render, "tex": latex.render, "csv": csv_table.render
 
 
 def study_path(experiment: str) -> Path:
-    """``conf/experiment/<experiment>.yaml``: where a study declares its table's settings."""
-    from xformer_bench.config import CONF_DIR
+    """``conf/experiment/<experiment>.yaml`` (or a user config folder's): where a study
+    declares its table's settings."""
+    from xformer_bench.config import CONF_DIR, find_config
 
-    return CONF_DIR / "experiment" / f"{experiment}.yaml"
+    return find_config("experiment", experiment) or CONF_DIR / "experiment" / f"{experiment}.yaml"
 
 
 def _declared(experiment: str, key: str):
@@ -42,6 +43,31 @@ def study_baseline(experiment: str) -> dict | None:
     """The baseline row a study declares (``baseline: {activation: relu}`` in
     ``conf/experiment/<experiment>.yaml``), or None."""
     return _declared(experiment, "baseline")
+
+
+def table_baseline(experiment: str, records: Sequence[dict]) -> dict | None:
+    """The baseline row a table marks significance against: the command line's when its runs
+    were given one (``'baseline={activation: relu}'``, the same in every run that has it), else
+    the study's declaration (:func:`study_baseline`: edited after the runs, it still counts),
+    else the one every run's config holds (a study folder of the user's no longer there)."""
+    import json
+
+    def given(record: dict) -> bool:
+        return any(str(o).lstrip("+~").startswith("baseline=")
+                   for o in record.get("overrides") or [])
+
+    def held(runs) -> set[str]:
+        return {json.dumps(r["config"].get("baseline"), sort_keys=True) for r in runs
+                if isinstance(r.get("config"), dict)}
+
+    from_command_line = held(r for r in records if given(r))
+    if len(from_command_line) == 1:
+        return json.loads(from_command_line.pop())
+    declared = study_baseline(experiment)
+    if declared is not None:
+        return declared
+    recorded = held(records)
+    return json.loads(recorded.pop()) if len(recorded) == 1 else None
 
 
 def study_allowed_differences(experiment: str) -> tuple[str, ...]:
@@ -80,7 +106,7 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
                 allow_empty: bool = False) -> list[Path]:
     """Write the tables (and plots) of ``experiments`` (default: all); return the files.  The
     shipped references' records (``<results_dir>/reference/``) are not this results folder's
-    runs: each reference is its own results folder (``make table`` renders each).  An
+    runs: each reference is its own results folder (``make references`` renders each).  An
     experiment's runs on another dataset at another scale get a table of their own, named in
     one warning (:func:`~xformer_bench.results.setups.split_studies`).  No valid record is
     :class:`NoRecordsError`, but with ``allow_empty`` when there is no record at all (one
@@ -132,11 +158,14 @@ def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
     variants = group_variants(with_calibration(rows, timing))  # Step/s: timing.json
     for warning in repeated_seeds(variants):
         log(f"warning: {study.name}: {warning}")
-    table = build_table(study.name, variants, study_baseline(experiment),
+    table = build_table(study.name, variants, table_baseline(experiment, study.records),
                         study_allowed_differences(experiment),
                         study_reference(experiment) if whole else None)
     if whole:
         table = replace(table, summary=(*table.summary, *not_run_lines(experiment, rows)))
+    elif study.apart:  # the table says why it is not the experiment's
+        table = replace(table, summary=(f"Not in the {experiment} table: {study.apart}.",
+                                        *table.summary))
     for row in table.rows:  # one line per row that differs in what the study did not declare
         line = confounds.warning(study.name, row.label, list(row.differences))
         if line:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xformer_bench.config import CONF_DIR
+from xformer_bench.config import LazyOptions
 from xformer_bench.schema.keys import Choice, Either, Float, Int, Mapping, Node, Seq, Text
 
 REFERENCES = Path(__file__).resolve().parent.parent / "references"
 PUBLISHED = tuple(sorted(p.stem for p in REFERENCES.glob("*.yaml")))
 """The published tables shipped in :mod:`xformer_bench.references` (a study names one)."""
-PRESETS = tuple(sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml")))
+PRESETS = LazyOptions("model")
+"""The model presets of conf/model/ and the user's config folders, read when checked."""
 
 STUDY = {
     "baseline": Mapping("the study's baseline row, {GROUP: OPTION}", null="none", computes=False),

@@ -28,6 +28,9 @@ TRAINER = Group("trainer", common={
     "checkpoint": Bool("a checkpoint at every validation, and last.ckpt", computes=False),
     "checkpoint_every": Int("resume=auto: a resume point every N steps too", 1,
                             null="only before each validation", computes=False),
+    "keep_weights": Choice("keep the final weights for xbench-sample (<checkpoint_dir>/"
+                           "<experiment>/<run_id>/final.pt); auto: language models of at most "
+                           "50M parameters", ("auto", True, False), computes=False),
     "progress_bar": Bool("show the progress bar", computes=False),
     "deterministic": Either("deterministic algorithms only", (Bool(""), Choice("", ("warn",)))),
 })

@@ -9,8 +9,8 @@ warning line (the previous one is used).  A checkpoint carries the run id and th
 configuration it was written by, so ``resume=PATH`` to another configuration's checkpoint is a
 one-line error naming the first key that differs, and to a file that is no xbench checkpoint (a
 text file, a plain ``torch.save``) one naming what it lacks -- both before anything trains.
-When the run finishes its resume points are deleted (its record is the result;
-``trainer.checkpoint=true`` keeps checkpoints for sampling).
+When the run finishes its resume points are deleted (its record is the result; its final
+weights, ``final.pt``, stay for sampling: :mod:`xformer_bench.training.final_weights`).
 """
 
 from __future__ import annotations

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+if TYPE_CHECKING:
+    from lightning.pytorch.loggers import Logger
 
 KINDS = ("csv", "wandb", "none")
 
 
 def build_loggers(spec: dict, run_dir: Path, record: dict[str, Any]) -> list[Logger]:
     """The loggers of one run; ``record`` (run id, experiment, choices, config) names the run."""
+    from lightning.pytorch.loggers import CSVLogger
+
     kind = spec["name"]
     if kind == "csv":
         return [CSVLogger(save_dir=str(run_dir), name="logs", version="")]
@@ -25,8 +29,14 @@ def build_loggers(spec: dict, run_dir: Path, record: dict[str, Any]) -> list[Log
 
 
 def close_loggers(loggers: list[Logger], failed: bool) -> None:
-    """End what must not outlive the run: a W&B run stays open until finished."""
-    if any(isinstance(logger, WandbLogger) for logger in loggers):
+    """Training is over.  Nothing closes yet: a W&B run stays open until the record knows the
+    run's outcome (:func:`finish_logging`)."""
+
+
+def finish_logging(record: dict[str, Any]) -> None:
+    """Close what must not outlive the run, once its record says how it ended: a W&B run gets
+    the record's headline numbers in its summary, then is finished."""
+    if "wandb" in sys.modules:  # only a run that logged to W&B imported it
         from xformer_bench.training.wandb_logger import finish
 
-        finish(failed)
+        finish(record)
