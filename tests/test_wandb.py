@@ -153,7 +153,7 @@ def test_a_sweep_keeps_its_offline_runs_in_one_folder_with_one_sync_hint(tmp_pat
     assert "ran 4 run(s) of this sweep offline" in hint
     folder = Path(hint.split("wandb sync ")[1])
     [sweep] = (tmp_path / "multirun" / "study").iterdir()
-    assert folder == sweep / "wandb"  # the sweep's folder, not each job's
+    assert folder == sweep / "wandb" and not list(sweep.glob("*/wandb"))  # not each job's
     runs = {run["name"]: run for run in map(_offline_run, folder.glob("offline-*"))}
     records = {r["run_id"]: r for r in map(load, (tmp_path / "results" / "study").glob("*.json"))}
     assert sorted(runs) == sorted(records) and len(runs) == 4
