@@ -96,6 +96,8 @@ def check_user_conf() -> None:
     from xformer_bench.errors import ConfigError
 
     for folder in user_conf_dirs():
+        if folder == CONF_DIR:
+            continue
         if not folder.is_dir():
             raise ConfigError(f"config folder {folder} ({USER_CONF} or --config-dir) is not a "
                               "folder: create it, or name an existing one")
