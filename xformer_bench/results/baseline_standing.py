@@ -104,9 +104,11 @@ def standing(runs: Sequence[dict[str, Any]], label: str) -> Standing | None:
                                  f"{LAST_SHARE:.0%} of its steps")
     sentence = f"Baseline ({label}): {'; '.join(parts)}."
     if early_because:
+        why = ("the rows rank how fast a model leaves the n-gram regime, not how good it becomes"
+               if early_because[0].startswith("above") else
+               "a row that learns more slowly may yet catch up: the ranks are this budget's")
         sentence += (f" An {EARLY_LEARNING}: the baseline is {' and '.join(early_because)}, so "
-                     "the rows rank how fast a model leaves the n-gram regime, not how good it "
-                     "becomes.")
+                     f"{why}.")
     return Standing(sentence, bool(early_because))
 
 
