@@ -2,7 +2,7 @@
 shipped table's caption can name them: the records' own corpus (``data.path``) split as xbench
 splits it, at each record's window -- what a run of today records itself.
 
-    python scripts/backfill_ngram_floors.py results/reference/narang_table1_tinyshakespeare/records
+    python scripts/backfill_ngram_floors.py results/reference/narang_table1_300_steps_tinyshakespeare/records
 
 Records of other data, records that already keep floors, and records whose corpus is not on this
 machine are left as they are (named); the run id and every measured value are unchanged.
