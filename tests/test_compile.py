@@ -13,7 +13,13 @@ from xformer_bench.attention import AttentionKernel
 from xformer_bench.bench import compile_check
 
 
-@pytest.mark.parametrize("name", OPTIONS)
+FAST = ("full", "local", "performer", "gla", "adaptive_span")
+"""One per kind (dense, banded, kernelised, recurrent, a declared break) in ``make test``; every
+option in ``make test-full`` (compiling each takes 10-50 s on 2 cores)."""
+
+
+@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in OPTIONS])
 def test_an_option_compiles_whole_unless_it_declares_why_not(name):
     found = compile_check.graph_breaks(name)
     assert (found.breaks > 0) == (name in COMPILE_BREAKS), (name, found.reasons)
