@@ -97,8 +97,9 @@ def standing(runs: Sequence[dict[str, Any]], label: str) -> Standing | None:
     if gains:
         gained = sum(g[0] for g in gains) / len(gains)
         rate = _declared_rate(finished)
+        moved = f"improved {gained:.3f}" if gained >= 0 else f"worsened {-gained:.3f}"
         parts.append(f"over the last {LAST_SHARE:.0%} of its steps ({gains[0][1]}-{gains[0][2]}) "
-                     f"validation {name} improved {gained:.3f}")
+                     f"validation {name} {moved}")
         if gained > rate:
             early_because.append(f"still improving by more than {rate:g} {name} over the last "
                                  f"{LAST_SHARE:.0%} of its steps")
