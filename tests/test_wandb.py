@@ -143,6 +143,7 @@ def test_a_failed_run_says_so_in_its_summary(tmp_path, no_account, capsys, monke
     assert summary["final/val/bpb"] == record["final"]["val/bpb"] and record["test"] is None
 
 
+@pytest.mark.slow  # a 4-job sweep in a subprocess: make test-full
 def test_a_sweep_keeps_its_offline_runs_in_one_folder_with_one_sync_hint(tmp_path, no_account,
                                                                          monkeypatch):
     monkeypatch.delenv("WANDB_SERVICE", raising=False)  # its own wandb-core, not this process's

@@ -28,6 +28,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--experiment", nargs="+", action="extend", default=[], metavar="NAME",
                         help="only these experiments (default: every one found)")
     parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib)")
+    parser.add_argument("--columns", type=lambda text: [c for c in text.split(",") if c],
+                        default=None, metavar="A,B,C",
+                        help="the LaTeX table's columns, over each study's table_columns "
+                             "(default: params,step_s,metric,delta,p,paper,seeds; also any "
+                             "column key of the CSV, e.g. final_loss, ops, <column>_agrees)")
+    parser.add_argument("--latex-float", choices=("table", "table*"), default="table",
+                        help="the LaTeX float: table (one column of the page) or table* "
+                             "(across both columns of a two-column paper)")
     parser.add_argument("--allow-empty", action="store_true",
                         help="no run record at all (none run yet) is no error: one line, exit 0")
     return parser.parse_args(argv)
@@ -52,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if not args.results_dir.is_dir() else 2
     try:
         written = make_tables(args.results_dir, out, args.experiment, plots=not args.no_plots,
-                              allow_empty=args.allow_empty)
+                              allow_empty=args.allow_empty, columns=args.columns,
+                              latex_float=args.latex_float)
     except NoRecordsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

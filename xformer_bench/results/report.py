@@ -9,7 +9,7 @@ from pathlib import Path
 
 from xformer_bench.errors import ConfigError, XbenchError
 from xformer_bench.paper_rows import not_run_lines
-from xformer_bench.results import confounds, csv_table, latex, markdown, regression
+from xformer_bench.results import confounds, csv_table, latex, layout, markdown, regression
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
 from xformer_bench.results.ladder_render import write_ladder_tables
@@ -18,7 +18,6 @@ from xformer_bench.results.setups import Study, split_studies
 from xformer_bench.results.speed import load_timings, with_calibration
 from xformer_bench.results.variants import group_variants, repeated_seeds
 
-RENDERERS = {"md": markdown.render, "tex": latex.render, "csv": csv_table.render}
 
 
 def study_path(experiment: str) -> Path:
@@ -89,6 +88,13 @@ def study_reference(experiment: str):
     return load(str(name)) if name else None
 
 
+def study_columns(experiment: str) -> list[str] | None:
+    """The columns a study's LaTeX table shows (``table_columns: [params, metric, delta, p]``),
+    or None (:data:`layout.DEFAULT`)."""
+    declared = _declared(experiment, "table_columns")
+    return [str(c) for c in declared] if isinstance(declared, list) else None
+
+
 class UnknownExperimentError(LookupError):
     """An experiment was asked for that no record belongs to."""
 
@@ -103,14 +109,16 @@ def _stderr(message: str) -> None:
 
 def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (),
                 plots: bool = True, log: Callable[[str], None] = _stderr,
-                allow_empty: bool = False) -> list[Path]:
+                allow_empty: bool = False, columns: Sequence[str] | None = None,
+                latex_float: str = "table") -> list[Path]:
     """Write the tables (and plots) of ``experiments`` (default: all); return the files.  The
     shipped references' records (``<results_dir>/reference/``) are not this results folder's
     runs: each reference is its own results folder (``make references`` renders each).  An
     experiment's runs on another dataset at another scale get a table of their own, named in
     one warning (:func:`~xformer_bench.results.setups.split_studies`).  No valid record is
     :class:`NoRecordsError`, but with ``allow_empty`` when there is no record at all (one
-    ``log`` line, nothing written)."""
+    ``log`` line, nothing written).  ``columns``: the LaTeX table's, over each study's
+    ``table_columns``; ``latex_float``: ``table`` or ``table*``."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     tables = () if results_dir.resolve().is_relative_to(out_dir.resolve()) else (out_dir,)
     exclude = (*tables, results_dir / "tables", results_dir / "reference")
@@ -145,22 +153,24 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
                 f"their own table, {study.name}")
         for study in (main, *apart):
             written += _study_tables(experiment, study, study is main, out_dir,
-                                     timings.get(experiment, {}), results_dir, plots, log)
+                                     timings.get(experiment, {}), results_dir, plots, log,
+                                     (columns or study_columns(experiment), latex_float))
     return written
 
 
 def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
                   timing: dict, results_dir: Path, plots: bool,
-                  log: Callable[[str], None]) -> list[Path]:
+                  log: Callable[[str], None], latex_options: tuple = (None, "table"),
+                  ) -> list[Path]:
     """The files of one study's table; ``whole``: the experiment's own (with its paper
     reference, rows not run, regression guard and ladders), else runs set apart from it."""
     rows = study_rows(study.records)  # a ladder's inner rungs: its ladder table
     variants = group_variants(with_calibration(rows, timing))  # Step/s: timing.json
     for warning in repeated_seeds(variants):
         log(f"warning: {study.name}: {warning}")
+    paper = study_reference(experiment) if whole else None
     table = build_table(study.name, variants, table_baseline(experiment, study.records),
-                        study_allowed_differences(experiment),
-                        study_reference(experiment) if whole else None)
+                        study_allowed_differences(experiment), paper)
     if whole:
         table = replace(table, summary=(*table.summary, *not_run_lines(experiment, rows)))
     elif study.apart:  # the table says why it is not the experiment's
@@ -172,9 +182,13 @@ def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
             log(f"warning: {line}")
     base = out_dir / study.name.replace("/", "_")
     written: list[Path] = []
-    for suffix, render in RENDERERS.items():
+    names, latex_float = latex_options  # CSV: the full table; Markdown: Δ and p added
+    texts = {"md": markdown.render(layout.with_tests(table, study.records, paper)),
+             "tex": latex.render(layout.layout(table, names, study.records, paper), latex_float),
+             "csv": csv_table.render(table)}
+    for suffix, text in texts.items():
         path = base.with_name(f"{base.name}.{suffix}")
-        path.write_text(render(table), encoding="utf-8", newline="\n")
+        path.write_text(text, encoding="utf-8", newline="\n")
         written.append(path)
     expected = regression.expected_path(results_dir)  # a shipped reference's guard
     if whole and expected is not None:

@@ -21,8 +21,9 @@ class Column:
     key: str
     title: str
     kind: str = "number"                  # number | si (params, FLOPs) | text (seeds) | paper
-    digits: int = 3
+    digits: int = 3                       # | signed (a difference: +0.012)
     higher_is_better: bool | None = None  # None: not a metric, never bold
+    note: str = ""                        # its definition in a short caption (layout.py)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Table:
     summary: tuple[str, ...] = ()         # lines under the table (the paper beside it)
     final_at: str = UNKNOWN               # where "final" was validated (final_validation.final_at)
     early_learning: bool = False          # the baseline has not learned (baseline_standing)
+    legend: str | None = None             # a short caption (layout.py): the rest goes below
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,9 @@ def si(value: float) -> str:
 
 
 def number(value: float, column: Column) -> str:
-    return si(value) if column.kind == "si" else f"{value:.{column.digits}f}"
+    if column.kind == "si":
+        return si(value)
+    return f"{value:{'+' if column.kind == 'signed' else ''}.{column.digits}f}"
 
 
 def cell_text(cell: Cell, column: Column, style: Style) -> str:
