@@ -129,7 +129,8 @@ class _Builder:
         if self.primary is None or self.base is None:
             return []
         adjusted = holm_adjusted([c.p_value for c in self.cells(self.primary)])
-        cells = [Cell() if p is None else Cell(text="<0.001" if p < 0.001 else f"{p:.3f}")
+        cells = [Cell() if p is None else Cell(text="<0.001" if p < 0.001 else
+                                               f"{p:.3f}" if p < 0.01 else f"{p:.2f}")
                  for p in adjusted]
         note = (f"p: Welch's t-test of {_short(self.table.columns[self.primary])} against the "
                 f"baseline over seeds, Holm-corrected over {self.table.comparisons} rows")
