@@ -9,7 +9,7 @@ Both models train through xbench's own training path -- the same ``LanguageModel
 (AdamW, warm-up and schedule from ``optim``, gradient clipping from ``trainer``), the same
 byte windows (``data=text``: 90/5/5 split, the step-``i`` windows a function of the seed) and
 the same evaluation (the whole validation and test splits in non-overlapping windows) -- so the
-only difference is the model.  Defaults are the size of issue 7's comparison: d_model 256,
+only difference is the model.  Defaults are the size of the shipped comparison: d_model 256,
 4 layers, 4 heads, d_ff 1024, seq 256, batch 16, 400 steps, lr 1e-3, learned absolute
 positions, GELU.  x-transformers is built with its own defaults:
 ``TransformerWrapper(num_tokens=256, max_seq_len=seq, attn_layers=Decoder(dim, depth, heads,

@@ -123,7 +123,7 @@ def kernel_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
     return torch.where(some, out, 0.0)
 
 
-# ----------------------------------------------------- small boundaries (issue 21, item 10)
+# ----------------------------------------------------- small boundaries
 
 BOUNDARY_KEYS = frozenset({
     "window", "local_window", "block", "memory", "global_blocks", "n_global", "stride",

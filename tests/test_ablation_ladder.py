@@ -1,4 +1,4 @@
-"""Ablation ladders (issue 22, item 2): the rungs from vanilla to a preset one part at a time
+"""Ablation ladders: the rungs from vanilla to a preset one part at a time
 (:mod:`xformer_bench.ladder`), the sweeps that run them (:mod:`xformer_bench.ladder_sweeps`) and
 their tables (:mod:`xformer_bench.results.ladder_table`, :mod:`~.ladder_render`)."""
 
@@ -80,7 +80,7 @@ def test_systems_lm_runs_its_rows_then_the_rungs_they_lack_once_each():
 
 
 def test_gains_and_shares_against_a_hand_worked_example():
-    # issue 22's measurement: vanilla 2.439, +xl_relative 1.474, (+recurrent 1.744), XL 1.581
+    # the measured ladder: vanilla 2.439, +xl_relative 1.474, (+recurrent 1.744), XL 1.581
     steps, shares, total = gains([2.439, 1.474, 1.744, 1.581], higher_is_better=False)
     assert total == pytest.approx(0.858)                      # 2.439 - 1.581
     assert steps == [None, pytest.approx(0.965), pytest.approx(-0.270), pytest.approx(0.163)]

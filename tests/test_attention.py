@@ -95,7 +95,7 @@ def assert_no_future_leak(model: TransformerLM, t_len: int) -> None:
         changed[:, first:] = (changed[:, first:] + 17) % 256
         with torch.no_grad():
             after = model(changed)
-        # exactly: a causal kernel's past never rounds through later values (issue 21, item 12)
+        # exactly: a causal kernel's past never rounds through later values
         torch.testing.assert_close(before[:, :first], after[:, :first], atol=0, rtol=0,
                                    msg=lambda m, first=first: f"tokens changed from {first}: {m}")
         assert not torch.allclose(before[:, first:], after[:, first:]), "the future must matter"

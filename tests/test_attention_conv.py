@@ -1,4 +1,4 @@
-"""Convolutional token mixers (issue 11): ``lightweight_conv`` and ``dynamic_conv`` (Wu et al.
+"""Convolutional token mixers: ``lightweight_conv`` and ``dynamic_conv`` (Wu et al.
 2019) against loops written from the paper's definitions, and ``lsra`` (Lite Transformer, Wu et
 al. 2020) against attention and the convolution computed by hand on its two halves; causality,
 padding, weight sharing, softmax-normalised kernels, per-layer widths and the option errors."""

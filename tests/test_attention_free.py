@@ -1,4 +1,4 @@
-"""Attention-free token mixers (issue 10): FNet's Fourier sublayer against torch.fft and an
+"""Attention-free token mixers: FNet's Fourier sublayer against torch.fft and an
 explicit DFT-matrix product; MLP-Mixer's token-mixing MLP against hand-computed outputs and a
 per-channel loop of eq. 1; gMLP's spatial gating unit against a per-position loop; causality,
 lengths and padding of each."""

@@ -1,4 +1,4 @@
-"""Multi-head refinements (issue 10): persistent memory, multi-query and grouped-query
+"""Multi-head refinements: persistent memory, multi-query and grouped-query
 attention, cross-covariance attention, and the feed-forward option ``none`` -- each against
 an explicit reference built here (the attention ones on the shared dense reference,
 references.py)."""

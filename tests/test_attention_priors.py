@@ -1,4 +1,4 @@
-"""Attention with priors and multi-head refinements (issue 10): synthesizer, gaussian_prior,
+"""Attention with priors and multi-head refinements: synthesizer, gaussian_prior,
 talking_heads, adaptive_span -- each against an explicit reference built here."""
 
 from __future__ import annotations

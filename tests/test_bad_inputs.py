@@ -1,4 +1,4 @@
-"""A catalogue of bad inputs (issue 13): each reaches the user as exactly one ``error:`` line
+"""A catalogue of bad inputs: each reaches the user as exactly one ``error:`` line
 that names its fix, a non-zero exit status, no traceback (unless ``XBENCH_DEBUG=1``) and no
 run record for the tables to count.
 
@@ -154,7 +154,7 @@ CATALOGUE: dict[str, BadInput] = {
                                         "eval.warm=maybe must be true or false"),
     "negative evaluation memory": BadInput(("model=transformer_xl", "stack.eval_mem_len=-1"),
                                            "stack.eval_mem_len=-1 must be an integer >= 0"),
-    # -- the schema (xformer_bench.schema, issue 26) ---------------------------------------------
+    # -- the schema (xformer_bench.schema) ---------------------------------------------
     "a count of zero": BadInput(("trainer.accumulate_grad_batches=0",),
                                 "trainer.accumulate_grad_batches=0 must be a positive integer"),
     "a smoothing factor above 1": BadInput(("optim.label_smoothing=1.5",),
@@ -235,7 +235,7 @@ def test_end_to_end_a_bad_input_exits_2_without_a_traceback(name, tmp_path):
     assert_one_actionable_line(result.returncode, result.stderr, case.fix, tmp_path / "results")
 
 
-# -- a study's row that is full attention at the study's length (issue 22) ---------------------
+# -- a study's row that is full attention at the study's length ---------------------
 FULL_AT_ITS_LENGTH = BadInput(
     ("experiment=attention_zoo", "attention=dilated", "attention.window=64",
      "attention.dilation=1"),

@@ -1,4 +1,4 @@
-"""The decode benchmark (issue 24 item 3): the script writes its table and CSV at tiny sizes,
+"""The decode benchmark: the script writes its table and CSV at tiny sizes,
 full attention's key/value cache grows with the tokens decoded, a recurrent state does not --
 and a mixer that declares a recurrent state but grows it is caught."""
 

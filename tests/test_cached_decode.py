@@ -1,4 +1,4 @@
-"""Cached decoding (issue 21): for every attention option whose causal LM ``cache_blocker``
+"""Cached decoding: for every attention option whose causal LM ``cache_blocker``
 admits, the log-probabilities decoded through the key/value cache -- one token a step, or a
 prompt of several tokens and then one a step -- equal one forward pass over the sequence, at
 settings whose windows, blocks, strides, chunks and clusters the sequence crosses several

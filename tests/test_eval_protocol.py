@@ -1,4 +1,4 @@
-"""Transformer-XL's evaluation protocol (Dai et al. 2019; issue 21): a model with memory is
+"""Transformer-XL's evaluation protocol (Dai et al. 2019): a model with memory is
 scored over the split as streams -- ``eval.lanes`` lanes, ``eval.tgt_len`` segments,
 ``stack.eval_mem_len`` memory, each lane warmed on the text before it (``eval.warm``) -- every
 byte once, with the memory one stream over the whole split gives it, against references written

@@ -1,4 +1,4 @@
-"""Presets as their papers ran them (issue 21): the Sparse Transformer's pattern follows the
+"""Presets as their papers ran them: the Sparse Transformer's pattern follows the
 data, FNet is the paper's post-LN encoder, the base Transformer trains with Vaswani et al.'s
 optimiser, and a preset's optimiser is checked like any other."""
 

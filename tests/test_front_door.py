@@ -1,4 +1,4 @@
-"""The README's first command and what a sweep tells its user (issue 40): ``xbench`` with no
+"""The README's first command and what a sweep tells its user: ``xbench`` with no
 arguments trains and records; a sweep prints ``k/N``, ends with a summary and exits non-zero
 when a job was refused; ``--dry-run`` (and ``--cfg`` with ``-m``) lists the jobs, training
 nothing; ``--cfg job`` runs the preflight first."""

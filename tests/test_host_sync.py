@@ -1,4 +1,4 @@
-"""No host synchronisation in a training step (issue 25, item 2).
+"""No host synchronisation in a training step.
 
 On a GPU, ``.item()``, ``bool(t)``, ``.tolist()``, ``.cpu()``, ``nonzero``, boolean-mask
 indexing and other data-dependent shapes make the host wait for the device every step.  They

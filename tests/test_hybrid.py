@@ -1,4 +1,4 @@
-"""Hybrid stacks (``model.hybrid``, issue 24 item 4): another token mixer at declared depths,
+"""Hybrid stacks (``model.hybrid``): another token mixer at declared depths,
 placed where the layout says, checked like the first, refused in one line where the stack
 cannot take it, decoded through the cache as the forward pass scores, and named in the table."""
 

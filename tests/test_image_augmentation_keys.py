@@ -1,4 +1,4 @@
-"""Nothing silently assumed about images (issue 26): the training crop's area and aspect ranges,
+"""Nothing silently assumed about images: the training crop's area and aspect ranges,
 the mirror's probability and how an image becomes a square are keys of ``data=imagenet``
 (``crop_scale``, ``crop_ratio``, ``flip``, ``resize``), their defaults the fixed augmentation
 of before (Inception crop of 8-100 % of the area, a coin-flip mirror, the central square)."""

@@ -1,5 +1,5 @@
 """Initialisation: no builder's own initialisation is overwritten by the model-wide default,
-and the scales the papers ask for survive the model build (issue 7's review findings)."""
+and the scales the papers ask for survive the model build (the review's findings)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Long convolutions (issue 24): ``s4d`` (Gu et al. 2022) and ``hyena`` (Poli et al. 2023) and
+"""Long convolutions: ``s4d`` (Gu et al. 2022) and ``hyena`` (Poli et al. 2023) and
 their shared FFT engine (:mod:`xformer_bench.attention._ops.long_conv`).
 
 * the FFT convolutions equal the direct sums, forward and gradients, at chunk sizes that do

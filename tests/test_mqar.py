@@ -1,4 +1,4 @@
-"""MQAR (issue 24 item 5): zoology's layout of pairs and power-law queries, accuracy over the
+"""MQAR: zoology's layout of pairs and power-law queries, accuracy over the
 queried positions as the task's metric, each mixer's state size per layer, and the plot of
 accuracy against it."""
 

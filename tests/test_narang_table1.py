@@ -1,4 +1,4 @@
-"""Narang et al.'s Table 1, every row, in one command (issue 23 item 3): ``xbench -m
+"""Narang et al.'s Table 1, every row, in one command: ``xbench -m
 experiment=narang_table1`` plans one sweep per paper row (:mod:`xformer_bench.paper_rows`), skips
 with a note the rows a decoder-only LM refuses and those without an option, and ``make table``
 names every one of the 52 rows."""

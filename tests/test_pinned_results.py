@@ -1,5 +1,5 @@
 """Seeded tiny runs give the same numbers after a refactor: the pins below were measured at
-the commit that added them (issue 8's guard: reshaping the house must not move any result;
+the commit that added them (the guard: reshaping the house must not move any result;
 rel 1e-4 absorbs BLAS differences between CPUs, any real change moves them by far more).
 
 A change that is meant to move results (a new default, a fixed defect) updates the pins in

@@ -1,4 +1,4 @@
-"""A model preset declares the inputs it is for (issue 26): given data of another shape it is
+"""A model preset declares the inputs it is for: given data of another shape it is
 refused before training, in one line naming the data that would fit; a shape-agnostic preset
 takes every dataset.  Generated from the declarations: every preset x every dataset (and each
 shape a dataset's key selects)."""

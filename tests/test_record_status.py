@@ -1,4 +1,4 @@
-"""A record is ``finished`` only if the run measured what it promised (issue 26): every step it
+"""A record is ``finished`` only if the run measured what it promised: every step it
 was asked for and a finite primary metric in validation and test.  Otherwise it is ``failed``
 with the reason, one ``error:`` line, and ``make table`` never averages it."""
 

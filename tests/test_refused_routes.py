@@ -1,4 +1,4 @@
-"""Routes the README documents that xbench used to refuse (issue 40, item 5), each planned and
+"""Routes the README documents that xbench used to refuse, each planned and
 trained on small generated data in the real formats:
 
 * ``experiment=narang_table1 data=wmt14``: the encoder-decoder's rows, the task read from the

@@ -1,4 +1,4 @@
-"""The run id is what a run computes (issue 40): every key declared ``computes=False`` (display,
+"""The run id is what a run computes: every key declared ``computes=False`` (display,
 logging, checkpoint-writing, resume, output paths, study declarations) can be flipped without a
 new id; one key of every other family flipped gives a new id; the shipped records keep theirs."""
 

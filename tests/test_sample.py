@@ -1,4 +1,4 @@
-"""Generation (issue 11): a cached decode equals the uncached one; the sampling filters on hand
+"""Generation: a cached decode equals the uncached one; the sampling filters on hand
 cases; models that cannot cache still sample; ``xbench-sample`` on a trained run."""
 
 from __future__ import annotations

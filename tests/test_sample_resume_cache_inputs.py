@@ -1,4 +1,4 @@
-"""Bad inputs to sampling, resuming and the ImageFolder cache (issue 40, item 6): each planted
+"""Bad inputs to sampling, resuming and the ImageFolder cache: each planted
 one is refused with one ``error:`` line before any work (``xbench-sample``: exit 2, no
 traceback; ``resume=``: before a training step), and a changed ImageFolder is decoded anew."""
 

@@ -1,4 +1,4 @@
-"""The configuration's schema and ``conf/`` cannot drift apart (issue 26): every key a YAML
+"""The configuration's schema and ``conf/`` cannot drift apart: every key a YAML
 writes is declared, every declaration is written by a YAML, every option of every group has an
 entry, the values the YAMLs ship are in range, the choice sets are the code's, every study
 composes to a config the schema accepts, and the check runs before torch is imported."""

@@ -1,4 +1,4 @@
-"""Issue 23 item 4: Child et al. (2019) Table 2 in one command -- the study composes every row
+"""Child et al. (2019) Table 2 in one command -- the study composes every row
 (pattern x dataset), and a table of its records sets the paper's two datasets beside the
 measured ones, as columns, with time per iteration read as a Step/s ratio to dense."""
 from __future__ import annotations

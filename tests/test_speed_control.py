@@ -1,4 +1,4 @@
-"""Speed measured under control (issue 22, item 5): each record says whether its run had the
+"""Speed measured under control: each record says whether its run had the
 machine to itself, a calibrated pass times every row of a study alone (``timing.json``), and
 the table's Step/s comes from that pass when it exists, is marked when measured on a shared
 machine and flagged when its spread exceeds 30 %."""

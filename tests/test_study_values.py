@@ -1,4 +1,4 @@
-"""Values a study gives its jobs pass the same schema as the command line's (issue 40): its
+"""Values a study gives its jobs pass the same schema as the command line's: its
 ``sweep:`` values before the first job trains, its ``option_settings`` whichever option a job
 chose, and the evaluation keys of a stack with memory only on such a stack."""
 

@@ -1,4 +1,4 @@
-"""The table reader on bad inputs (issue 40): each planted in a copy of shipped records, each
+"""The table reader on bad inputs: each planted in a copy of shipped records, each
 answered by one named ``skipped``/``warning`` line or one ``error:`` line, never a traceback.
 
 A finished run without a finite primary metric is no seed; runs of another dataset at another

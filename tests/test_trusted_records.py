@@ -1,4 +1,4 @@
-"""What ``skip_completed`` and claims may trust (issue 40): a record is this run's only when its
+"""What ``skip_completed`` and claims may trust: a record is this run's only when its
 own run id, and the id its own config hashes to, are the path's; a claim says who holds it, since
 when, and how to clear it."""
 

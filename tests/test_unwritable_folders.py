@@ -1,5 +1,5 @@
 """Every folder a run will write -- records and claims, resume points, the run directory -- is
-checked before the run (issue 26): one line naming the key that moves it, never a traceback
+checked before the run: one line naming the key that moves it, never a traceback
 from the code that first writes there."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Validations end at the end (issue 40): ``trainer.val_checks`` of them, evenly spaced, the last
+"""Validations end at the end: ``trainer.val_checks`` of them, evenly spaced, the last
 at ``trainer.max_steps`` -- through Lightning (accumulation, epochs that end mid-accumulation,
 checkpoints), a real run and its resume, and the caption that says where "final" was."""
 

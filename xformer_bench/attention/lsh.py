@@ -38,7 +38,7 @@ evaluation they come from a CPU generator seeded with 0x5EED + ``ctx.layer``, so
 is deterministic and layers hash differently.  ``eval_n_hashes`` evaluates with more rounds
 than training (the paper's Fig. 4 trains with few hashes and evaluates with 8).
 
-Defaults (conf/attention/lsh.yaml): chunk 64 and 4 hashes, Reformer's enwik8 setting as issue 9
+Defaults (conf/attention/lsh.yaml): chunk 64 and 4 hashes, Reformer's enwik8 setting as this project
 reads it (the authors' ``reformer_enwik8.gin`` for 64K windows has chunk_len 256, n_buckets
 512 = 2T/m, n_hashes 2).  Additive position biases are not supported (keys move per round).
 """

@@ -1,5 +1,5 @@
 """The cost of decoding: time per generated token and the memory a causal LM keeps, against the
-number of tokens generated so far (issue 24: a recurrent mixer decodes in O(1) time and memory
+number of tokens generated so far (a recurrent mixer decodes in O(1) time and memory
 per token, full attention with a key/value cache in O(S)).
 
 For each option of the ``attention`` group, a causal LM of the given sizes (weights at their

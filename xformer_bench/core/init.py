@@ -72,7 +72,7 @@ def init_weights(model: nn.Module, d_model: int, n_layers: int) -> None:
 
     Both scale with the width, unlike GPT-2's fixed N(0, 0.02) (tuned for d = 768 and too
     small for the widths a CPU study uses), and it is what closed most of the gap to
-    x-transformers measured in issue 7 (see the README's "Baseline parity")."""
+    x-transformers measured (results/reference/baseline_parity_tinyshakespeare/)."""
     std, residual_std = small_init_std(d_model), wang_init_std(d_model, n_layers)
     for name, p in default_initialised(model):
         if name.endswith(".bias"):

@@ -11,7 +11,7 @@ but divides the whole input by sqrt(D): tables are not multiplied, and the sinus
 positions are divided by sqrt(D) (``position/sinusoidal.py``).  In a pre-LN stack the initial
 scale of the residual stream decides how much the first updates of the blocks change it: at
 unit scale the blocks' contributions started ~30x smaller than the stream, and on real text
-(issue 7: d_model 256, 4 layers, 400 steps) the model ended 0.15 bits per byte behind the same
+(d_model 256, 4 layers, 400 steps) the model ended 0.15 bits per byte behind the same
 model with a D^-1/2 stream.  Every option's token vectors start at RMS D^-1/2: a table of width
 E is N(0, 1/E) and a projection E -> D is N(0, 1/D), so each output coordinate has variance
 E * (1/E) * (1/D) = 1/D (a table of width D is N(0, 1/D) and has no projection).  The tied

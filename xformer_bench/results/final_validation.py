@@ -1,6 +1,6 @@
 """Where a table's "final" loss was measured, read from its records, for the caption.
 
-A record's ``final`` is its last validation.  Runs since issue 40 validate last at
+A record's ``final`` is its last validation.  Runs validate last at
 ``trainer.max_steps`` and store that step (``final_step``); older runs validated every
 ``ceil(max_steps / val_checks)`` steps, so their last validation could come before the end
 (300 steps, 8 checks: step 266).  Their step is the one ``final`` carries, else the last

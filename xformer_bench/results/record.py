@@ -51,7 +51,7 @@ IDENTITY_NEUTRAL = {
     "head": {"name": "softmax", "label": "Softmax", "tie": True},
     "trainer": {"compile": False},
     "data": {"resize": "crop", "crop_scale": [0.08, 1.0], "crop_ratio": [0.75, 4 / 3],
-             "flip": 0.5,  # data=imagenet's augmentation keys (issue 26)
+             "flip": 0.5,  # data=imagenet's augmentation keys
              "val_subsample": None},
 }
 """Keys added after records existed, at the value that trains what runs did before they

@@ -6,7 +6,7 @@ A blocked kernel gathers each query block's keys and values (block + window rows
 hands them to a fused attention call, which saves its inputs for the backward pass: a
 training step then holds ``span / block`` copies of K and V per layer (about 3x at the default
 windows) besides the projections' own, so the option allocated 1.2-1.7x full attention's step
-memory although it computes a fraction of its pairs (issue 25, item 0).  Under
+memory although it computes a fraction of its pairs.  Under
 :func:`recomputed` the kernel's forward keeps only q, k, v (as full attention's fused kernel
 does) and its gathers and scores are recomputed, one layer at a time, when the backward pass
 reaches it.  The price is one more forward of the kernel per step, a third of its cost.
