@@ -20,6 +20,8 @@ from typing import Any
 
 from xformer_bench.errors import ConfigError
 from xformer_bench.references import ReferenceTable
+from xformer_bench.results.baseline_standing import EARLY_LEARNING
+from xformer_bench.results.columns import AFTER_METRICS, BEFORE_METRICS
 from xformer_bench.results.paper_columns import AGREES, DISAGREES, SUFFIX, WITHIN_NOISE
 from xformer_bench.results.table import Cell, Column, Table, cell_text
 
@@ -43,6 +45,7 @@ DEFINITIONS = {
     "seeds": "Seeds: finished/total runs",
 }
 LOSSES = ("early_loss", "final_loss")
+KNOWN = {spec.column.key for spec in (*BEFORE_METRICS, *AFTER_METRICS)}
 
 
 def _is_metric(column: Column) -> bool:
@@ -81,6 +84,7 @@ class _Builder:
         self.table, self.paper = table, paper
         self.keys = [c.key for c in table.columns]
         self.primary = primary(table)
+        self.primary_key = None if self.primary is None else self.keys[self.primary]
         self.base = next((i for i, r in enumerate(table.rows) if r.label == table.baseline), None)
 
     def cells(self, j: int) -> list[Cell]:
@@ -99,6 +103,8 @@ class _Builder:
                  if _is_metric(c) and c.key.endswith("_" + key)]
         if found:
             return [(self._titled(found[0]), self.cells(found[0]))]
+        if key in KNOWN:  # a column these records cannot fill (no speed measured)
+            return []
         raise ConfigError(f"table column {name!r}: none of {', '.join(self.keys)} nor "
                           "metric, delta, p, paper, <column>_agrees")
 
@@ -209,9 +215,13 @@ def layout(table: Table, names: Sequence[str] | None = None,
             same.append(f"{column.title} {texts.pop()}")
             continue
         kept.append((column, cells))
+    if any(c.key == "delta" for c, _ in kept):  # the Δ carries the †, once a row
+        kept = [(c, [replace(x, marked=False) for x in cells] if c.key == builder.primary_key
+                 else cells) for c, cells in kept]
     rows = tuple(replace(row, cells=tuple(cells[i] for _, cells in kept))
                  for i, row in enumerate(table.rows))
-    legend = [f"{table.experiment}: mean ± std (sample) over finished seeds.",
+    marked = f" ({EARLY_LEARNING}: see the note)" if table.early_learning else ""
+    legend = [f"{table.experiment}{marked}: mean ± std (sample) over finished seeds.",
               setup_sentence(records, table.loss_data),
               "; ".join(c.note for c, _ in kept if c.note) + "."]
     if same:

@@ -26,6 +26,9 @@ STUDY = {
     "param_budget": Float("the largest fraction a row may exceed the baseline's parameters by",
                           0, open_lo=True, null="none", computes=False),
     "reference": Choice("the published table set beside the study's", PUBLISHED, null="none", computes=False),
+    "table_columns": Seq("the columns of the study's LaTeX table (xbench-table --columns "
+                         "overrides; default params, step_s, metric, delta, p, paper, seeds)",
+                         item=Text(""), null="none", computes=False),
     "rows_from": Choice("the published table whose rows the study runs", PUBLISHED,
                         null="none", computes=False),
     "option_settings": Mapping("a study's keys for one option of a swept group, "
