@@ -44,12 +44,14 @@ def _job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], 
     from xformer_bench.results.record import results_path, run_identity
     from xformer_bench.run_claim import claim_line, claimed
     from xformer_bench.schema import check_config, check_folders
+    from xformer_bench.training.equal_compute import apply_equal_compute
 
     try:  # each job of a sweep: its own values, preset, data and folders (preflight: the first)
         config = apply_option_settings(config, overrides)  # a study's setting for this option
         check_config(config)  # what a study's sweep, option_settings and study_rows set, too
         check_folders(config)
         config = match_params(config, overrides)  # before the skip: d_ff is part of the run
+        config = apply_equal_compute(config, overrides)  # after: d_ff changes a step's FLOPs
     except XbenchError as error:
         print_traceback_if_debugging()
         fail(2, str(error), [], multirun)

@@ -109,6 +109,7 @@ def job_plan(overrides: Sequence[str]) -> tuple[str | None, str]:
     from xformer_bench.option_settings import apply_option_settings
     from xformer_bench.results.record import finished_record, run_identity
     from xformer_bench.schema import check_config
+    from xformer_bench.training.equal_compute import apply_equal_compute
 
     with _hydra():
         composed = compose(config_name="config", overrides=list(overrides),
@@ -121,7 +122,8 @@ def job_plan(overrides: Sequence[str]) -> tuple[str | None, str]:
     try:
         config = apply_option_settings(config, list(overrides))
         check_config(config)
-        config = resolve_precision(match_params(config, list(overrides)))
+        config = resolve_precision(apply_equal_compute(match_params(config, list(overrides)),
+                                                       list(overrides)))
     except XbenchError as error:
         return None, f"refused: {error}"
     finished = config.get("skip_completed") and finished_record(config, choices)

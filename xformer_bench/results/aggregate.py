@@ -25,6 +25,7 @@ from xformer_bench.results.significance import holm_bonferroni, welch_p_value
 from xformer_bench.results.table import Column, Row, Table
 from xformer_bench.results.variants import (Variant, _naming_facets, data_of, row_groups,
                                             sweep_order, varying_facets)
+from xformer_bench.training.equal_compute import equal_compute_sentence
 
 def datasets_of(variants: list[Variant]) -> list[str]:
     """The variants' datasets, ranked as :func:`rank_datasets` ranks them."""
@@ -177,7 +178,8 @@ def build_table(experiment: str, variants: list[Variant],
                  comparisons=0 if reference is None else len(rows) - 1,
                  notes=(*column_notes(variants, metrics, loss_data, rows, comparison),
                         *filter(None, [floors_sentence(loss_runs),
-                                       learned and learned.sentence])),
+                                       learned and learned.sentence,
+                                       equal_compute_sentence(variants)])),
                  summary=lines, final_at=final_at(loss_runs),
                  early_learning=bool(learned and learned.early))
 

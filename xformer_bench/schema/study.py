@@ -25,6 +25,9 @@ STUDY = {
                       null="none", computes=False),
     "param_budget": Float("the largest fraction a row may exceed the baseline's parameters by",
                           0, open_lo=True, null="none", computes=False),
+    "equal_compute": Mapping("equal compute instead of equal steps: {tokens: N} or {flops: F} "
+                             "per row, each row's trainer.max_steps derived from it",
+                             null="equal steps", computes=False),  # max_steps, in the id, counts
     "reference": Choice("the published table set beside the study's", PUBLISHED, null="none", computes=False),
     "table_columns": Seq("the columns of the study's LaTeX table (xbench-table --columns "
                          "overrides; default params, step_s, metric, delta, p, paper, seeds)",
