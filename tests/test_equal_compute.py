@@ -10,8 +10,8 @@ import pytest
 
 from conftest import compose_config
 from xformer_bench.errors import ConfigError
-from xformer_bench.training.equal_compute import (apply_equal_compute, equal_compute_sentence,
-                                                  step_flops)
+from xformer_bench.results.equal_compute_note import equal_compute_sentence
+from xformer_bench.training.equal_compute import apply_equal_compute, step_flops
 
 SMALL = ("model.d_model=32", "model.n_layers=1", "model.n_heads=2", "data.seq_len=32",
          "data.batch_size=4")

@@ -25,7 +25,7 @@ from xformer_bench.results.significance import holm_bonferroni, welch_p_value
 from xformer_bench.results.table import Column, Row, Table
 from xformer_bench.results.variants import (Variant, _naming_facets, data_of, row_groups,
                                             sweep_order, varying_facets)
-from xformer_bench.training.equal_compute import equal_compute_sentence
+from xformer_bench.results.equal_compute_note import equal_compute_sentence
 
 def datasets_of(variants: list[Variant]) -> list[str]:
     """The variants' datasets, ranked as :func:`rank_datasets` ranks them."""

@@ -105,26 +105,3 @@ def apply_equal_compute(config: dict[str, Any], overrides: list[str]) -> dict[st
     derived["equal_compute"] = {kind: budget, "result": {
         "max_steps": steps, f"{kind}_per_step": per_step}}
     return derived
-
-
-def equal_compute_sentence(variants: list[Any]) -> str | None:
-    """The table's note when its records were trained to an equal compute budget: the budget
-    and each row's derived max_steps; None when none was."""
-    budgets, steps = set(), []
-    for variant in variants:
-        derived = set()
-        for record in variant.records:
-            request = (record.get("config") or {}).get("equal_compute")
-            if not request or "result" not in request:
-                continue
-            kind = next(k for k in BUDGETS if k in request)
-            budgets.add((kind, request[kind]))
-            derived.add(request["result"]["max_steps"])
-        if derived:
-            steps.append(f"{variant.label} {'/'.join(str(s) for s in sorted(derived))}")
-    if not budgets:
-        return None
-    budget = "; ".join(f"{value:,.4g} {kind}" if kind == "flops" else f"{int(value):,} {kind}"
-                       for kind, value in sorted(budgets))
-    return (f"equal compute: {budget} per row (max_steps derived per row: "
-            f"{', '.join(steps)}).")
