@@ -79,10 +79,14 @@ stage decode 100 python3 scripts/bench_decode.py --device $device --dtype $train
 # STUDY_RESULTS (in the checkout: commit what comes back), finished runs are skipped and a killed
 # run resumes from its last resume point; each stage's records are copied to OUT_DIR as it ends.
 # Needs the budget's data under data/ (enwik8.zip: the machine is offline); STUDY_DATA overrides.
+# STUDY_BUDGET=cpu runs the study's CPU budget instead (a shipped CPU reference re-run on the GPU,
+# in fp32: trainer.precision=32-true keeps the CPU runs' ids, so either machine finishes the other's).
 study=${STUDY:-narang_table1}
 study_results=${STUDY_RESULTS:-results/gpu_studies}
 if [ "${SMOKE:-0}" = 1 ]; then
   budget="experiment=smoke"
+elif [ "${STUDY_BUDGET:-gpu}" = cpu ]; then
+  budget="experiment=$study trainer.precision=32-true ${STUDY_DATA:-}"
 else
   budget="experiment=$study $(python3 -c "from xformer_bench.sweep_plan import budget_lines as b
 print(b(['experiment=$study'])[-1].split(' ', 6)[-1])") ${STUDY_DATA:-}"

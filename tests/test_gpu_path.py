@@ -37,8 +37,18 @@ def test_a_compiled_run_trains_as_the_eager_one(tmp_path):
     assert compiled["run_id"] != eager["run_id"]  # inductor's fused numerics are not eager's
 
 
+def test_a_record_names_the_device_it_trained_on(monkeypatch):
+    monkeypatch.setattr(hardware, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H100 80GB HBM3")
+    assert hardware.trained_on({"accelerator": "auto"}) == "NVIDIA H100 80GB HBM3"
+    assert hardware.trained_on({"accelerator": "cpu"}) == "cpu"  # a GPU present, not asked for
+    monkeypatch.setattr(hardware, "visible_gpus", lambda: 0)
+    assert hardware.trained_on({"accelerator": "auto"}) == "cpu"
+
+
 def test_a_record_says_how_long_validation_and_start_up_took(tmp_path):
     record = run_tiny(tmp_path)
+    assert record["device"] == "cpu"
     assert 0 < record["validation_seconds"] < record["wall_time_sec"]
     assert 0 < record["setup_seconds"] < record["startup_seconds"]  # the process began earlier
     assert 0 < record["probe_seconds"] < record["setup_seconds"]  # FLOPs, memory, pairs

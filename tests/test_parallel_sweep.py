@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -70,3 +73,27 @@ def test_two_workers_train_each_run_once_on_their_own_cores(tmp_path):
     assert {r["timing_conditions"]["parallel_jobs"] for r in found.of("smoke")} == {2}
     assert not any(r["timing_conditions"]["alone"] for r in found.of("smoke"))
     assert "workers ended: w1 exit 0, w2 exit 0" in lines[-1]
+
+
+
+@pytest.mark.slow
+def test_a_signal_to_the_sweep_reaches_every_worker_and_each_records_its_run(tmp_path):
+    """``timeout``/``scancel`` signal the sweep's own process: each worker must stop its run
+    as interrupted (a resume point kept), not train on as an orphan."""
+    env = dict(os.environ, XBENCH_DATA_DIR=str(tmp_path / "data"))
+    sweep = subprocess.Popen([*XBENCH, "-m", "experiment=smoke", "trainer.max_steps=100000",
+                              "trainer.checkpoint_every=1", "--workers", "2"], cwd=tmp_path,
+                             env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(sweep.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 240
+    while len({p.parent for p in tmp_path.glob("results/checkpoints/smoke/*/step-*.ckpt")}) < 2:
+        assert sweep.poll() is None and time.monotonic() < deadline, "".join(lines[-30:])
+        time.sleep(0.2)  # both workers are training (each has written a resume point)
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=120) == 2
+    reader.join(timeout=10)
+    found = collect(tmp_path / "results").of("smoke")
+    assert len(found) == 2 and {r["status"] for r in found} == {"interrupted"}, "".join(lines)
+    assert "workers ended: w1 exit 2, w2 exit 2" in lines[-1]

@@ -26,6 +26,16 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def trained_on(trainer: dict[str, Any]) -> str:
+    """The device a run with ``trainer`` trains on, as a record names it: the GPU's name
+    (``NVIDIA H100 80GB HBM3``) where it runs on one, else ``cpu``."""
+    if trainer.get("accelerator", "auto") in ("auto", *GPU_ACCELERATORS) and visible_gpus():
+        import torch
+
+        return torch.cuda.get_device_name()
+    return str(trainer.get("accelerator", "cpu")).replace("auto", "cpu")
+
+
 def check_trainer_hardware(trainer: dict[str, Any]) -> None:
     """:class:`ConfigError` naming the fix when ``trainer`` asks for an accelerator, a number of
     devices or a precision this machine or Lightning cannot give."""

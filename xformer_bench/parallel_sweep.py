@@ -17,6 +17,7 @@ timing pass (``make time-rows``, run alone), never from these runs.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -95,6 +96,7 @@ def run_workers(argv: Sequence[str], workers: int) -> int:
         relay.start()
         processes.append(process)
         relays.append(relay)
+    forwarded = {signum: signal.signal(signum, _forward_to(processes)) for signum in FORWARDED}
     statuses = []
     for process, relay in zip(processes, relays):
         while True:
@@ -104,11 +106,28 @@ def run_workers(argv: Sequence[str], workers: int) -> int:
             except KeyboardInterrupt:  # the workers got the signal too: let them record it
                 continue
         relay.join()
+    for signum, handler in forwarded.items():
+        signal.signal(signum, handler)
     status = worst(statuses)
     print("[xbench] workers ended: " + ", ".join(f"w{i} exit {s}" for i, s in
                                                   enumerate(statuses, start=1)),
           file=sys.stderr if status else sys.stdout, flush=True)
     return status
+
+
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
+"""Signals a scheduler sends the sweep's own process (``timeout``, ``scancel``, SLURM's
+pre-emption warning): passed on to every worker, which records its run as interrupted and keeps
+a resume point (:mod:`xformer_bench.training.preemption`); a terminal's SIGINT reaches them all
+already."""
+
+
+def _forward_to(processes: Sequence[subprocess.Popen]):
+    def forward(signum, _frame) -> None:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signum)
+    return forward
 
 
 def worst(statuses: Sequence[int]) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 from xformer_bench.config import choice_groups
 from xformer_bench.errors import ConfigError, DivergedError, UnmeasuredError, XbenchError
-from xformer_bench.hardware import resolve_precision
+from xformer_bench.hardware import resolve_precision, trained_on
 from xformer_bench.results import record as records
 from xformer_bench.schema.folders import unwritable
 from xformer_bench.training.loggers import finish_logging
@@ -285,6 +285,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
             record["wall_time_sec"] = time.perf_counter() - started
             record["peak_memory_mb"], record["peak_memory_kind"] = memory.read()
             record["timing_conditions"] = machine.conditions()
+            record["device"] = trained_on(config["trainer"])
             record["finished_at"] = records.now()
             _write(record, config)
     return record

@@ -74,10 +74,11 @@ REQUIRED_KEYS = (
     "peak_memory_mb", "peak_memory_kind", "early", "final", "test", "task", "metrics",
     "primary_metric", "eval_unit", "eval_counts", "steps", "wall_time_sec", "config",
 )
-OPTIONAL_KEYS = ("weights_path",)
+OPTIONAL_KEYS = ("weights_path", "device")
 """Keys a record may lack (written before they existed): ``weights_path``, the run's final
 weights when it kept them (``trainer.keep_weights``: :mod:`xformer_bench.training.final_weights`),
-read by ``xbench-sample``; None when it kept none."""
+read by ``xbench-sample``; None when it kept none.  ``device``: what it trained on, the GPU's
+name or ``cpu`` (:func:`xformer_bench.hardware.trained_on`)."""
 TASK_KEYS = ("task", "metrics", "primary_metric", "eval_unit")
 """Keys the task fills once built (:func:`task_fields`); None (metrics: []) until then."""
 
