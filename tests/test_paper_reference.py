@@ -15,7 +15,7 @@ import pytest
 from conftest import compile_latex
 from xformer_bench import references
 from xformer_bench.config import compose_config
-from xformer_bench.results import csv_table, latex, markdown, paper, report
+from xformer_bench.results import csv_table, latex, layout, markdown, paper, report
 from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
 from xformer_bench.results.paper_columns import Comparison, paper_row
@@ -197,8 +197,12 @@ def test_within_noise_is_the_measured_baselines_seed_std(tmp_path, monkeypatch):
 
 def test_md_csv_and_latex_carry_the_paper_its_agreement_and_the_summary(tmp_path, monkeypatch):
     table = fixture_table(tmp_path, monkeypatch)
-    md = markdown.render(table)
-    assert "| Paper |" in md.splitlines()[2] and "1.789 agrees" in md
+    md = markdown.render(layout.with_tests(table, paper=report.study_reference(STUDY)))
+    header = [h.strip() for h in md.splitlines()[2].split("|")[1:-1]]
+    assert len(header) == len(set(header))  # one header per quantity
+    assert "Paper final loss (nats/token)" in header and "Agrees (final loss)" in header
+    swiglu = next(line for line in md.splitlines() if line.startswith("| SwiGLU |"))
+    assert "| 1.789 | yes |" in swiglu and "1.789 agrees" not in md  # value, verdict apart
     assert "Narang" in md and "Sharan Narang" in md
     summary = next(line for line in md.splitlines() if line.startswith("Final loss against"))
     assert "(5 rows; 3 agrees, 1 disagrees, 0 within noise)" in summary

@@ -237,13 +237,26 @@ def _plain_style():
 
 def with_tests(table: Table, records: Sequence[dict[str, Any]] = (),
                paper: ReferenceTable | None = None) -> Table:
-    """The full table with the Δ and p columns appended (the Markdown's), when it has a
+    """The full table (the Markdown's): each paper column split into the paper's value, headed
+    with its quantity and unit, and its verdict; the Δ and p columns appended when it has a
     baseline."""
     builder = _Builder(table, paper)
+    papers = [j for j, c in enumerate(table.columns) if c.kind == "paper"]
+    chosen: list[tuple[Column, list[Cell]]] = []
+    for j, column in enumerate(table.columns):
+        if j not in papers:
+            chosen.append((column, builder.cells(j)))
+            continue
+        value = builder._paper_at(j)
+        if value[0].title not in {c.title for c, _ in chosen}:  # one header per quantity
+            chosen.append(value)
+        verdict, cells = builder._verdict(j)
+        if len(papers) > 1:
+            verdict = replace(verdict, title=f"Agrees ({table.columns[j - 1].title.lower()})")
+        chosen.append((verdict, cells))
     extra = builder.resolve("delta") + builder.resolve("p")
-    if not extra:
-        return table
-    rows = tuple(replace(row, cells=(*row.cells, *(cells[i] for _, cells in extra)))
+    chosen += extra
+    rows = tuple(replace(row, cells=tuple(cells[i] for _, cells in chosen))
                  for i, row in enumerate(table.rows))
-    return replace(table, columns=(*table.columns, *(c for c, _ in extra)), rows=rows,
+    return replace(table, columns=tuple(c for c, _ in chosen), rows=rows,
                    notes=(*table.notes, *(f"{c.note}." for c, _ in extra)))
