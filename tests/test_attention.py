@@ -136,8 +136,26 @@ schemes (sinusoidal, none, axial, factorized) are interchangeable for a mixer, a
 causal-leak test above runs every option with sinusoidal and none."""
 
 
-@pytest.mark.parametrize("attention", ATTENTION.names())
-@pytest.mark.parametrize("position", PAIRED_POSITIONS)
+def _pairs() -> list:
+    """Every (attention, position) pair: a Latin-style cover runs in the fast suite -- option i
+    of the attention registry with scheme i (cycled) of PAIRED_POSITIONS, so every option and
+    every scheme, accepted and refused pairs alike, is checked at least once -- and the rest of
+    the cross product under ``slow`` (``make test-full``)."""
+    attentions = ATTENTION.names()
+    cover = {(a, PAIRED_POSITIONS[i % len(PAIRED_POSITIONS)]) for i, a in enumerate(attentions)}
+    return [pytest.param(a, p, id=f"{p}-{a}",
+                         marks=() if (a, p) in cover else pytest.mark.slow)
+            for p in PAIRED_POSITIONS for a in attentions]
+
+
+def test_the_fast_pair_cover_includes_every_attention_and_every_position():
+    fast = [case.values for case in _pairs() if not case.marks]
+    assert {a for a, _ in fast} == set(ATTENTION.names())
+    assert {p for _, p in fast} == set(PAIRED_POSITIONS)
+    assert len(_pairs()) == len(ATTENTION.names()) * len(PAIRED_POSITIONS)
+
+
+@pytest.mark.parametrize(("attention", "position"), _pairs())
 def test_every_attention_position_pair_is_causal_or_refused_as_declared(attention, position):
     """Each pair either works (causal, finite gradients) or is refused at build time with the
     one line its parts' declared capabilities give -- never a crash in training."""

@@ -1,8 +1,9 @@
 """Every option composes with every other: a seeded sample of the cross product of the
-component groups, plus every option of every group at least once, each trained 2 steps --
-unless the parts' declared capabilities refuse the combination, which must then be exactly
-one ConfigError line at build time (the declarations are read here from each part built on
-its own, so a refusal nobody declared, or a declared one the model does not make, fails)."""
+component groups (``slow``: make test-full), plus every option of every group at least once,
+each trained 2 steps -- unless the parts' declared capabilities refuse the combination, which
+must then be exactly one ConfigError line at build time (the declarations are read here from
+each part built on its own, so a refusal nobody declared, or a declared one the model does not
+make, fails)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,14 @@ def test_the_cover_includes_every_option_of_every_group():
         assert {c[group] for c in combos} == set(options)
 
 
-@pytest.mark.parametrize("combo", _combinations(), ids=lambda c: "-".join(c.values()))
+def _cases(n_cover: int = len(_combinations(n_random=0))) -> list:
+    """The cover in the fast suite; the random draws from the cross product under ``slow``."""
+    return [pytest.param(combo, id="-".join(combo.values()),
+                         marks=() if i < n_cover else pytest.mark.slow)
+            for i, combo in enumerate(_combinations())]
+
+
+@pytest.mark.parametrize("combo", _cases())
 def test_combination_builds_and_trains_two_steps(combo):
     config = compose_config(*(f"{g}={o}" for g, o in combo.items()), *SMALL)
     refusals = declared_refusals(config)

@@ -1,10 +1,14 @@
 """The systems of the survey as ``model=`` presets: every preset names its paper, trains two
-steps on byte LM through the real path, or is refused in one line where its parts declare it
-impossible (a bidirectional-only system in the decoder LM); the command line still wins."""
+steps on byte LM, or is refused in one line where its parts declare it impossible (a
+bidirectional-only system in the decoder LM); the command line still wins.  Every preset trains
+in-process in the fast suite; through the real path (Lightning, the record) a few
+representatives do, and every preset under ``slow`` (make test-full)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from conftest import compose_config, declared_refusals, run_tiny
 from xformer_bench.config import CONF_DIR
@@ -25,7 +29,45 @@ def test_every_preset_names_itself_and_its_paper():
         assert any(ch.isdigit() for ch in comment), f"{name}.yaml cites no paper (year)"
 
 
+REAL_PATH = ("samba", "transformer_xl", "universal_transformer")
+"""The presets trained through the real path in the fast suite: a hybrid layout (needs two
+layers), a recurrent memory, an adaptive-depth stack with its auxiliary loss."""
+
+
 @pytest.mark.parametrize("preset", PRESETS)
+def test_a_preset_trains_two_steps_in_process_or_is_refused_in_one_line(preset):
+    config = compose_config(f"model={preset}", *SMALL)
+    refusals = declared_refusals(config)
+    torch.manual_seed(0)
+    if refusals:
+        with pytest.raises(ConfigError) as error:
+            build_model(config, 256)
+        assert "\n" not in str(error.value) and refusals[0].split(",")[0] in str(error.value)
+        return
+    assert config["model"]["name"] == preset
+    model = build_model(config, 256)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(2):
+        log_p = model(tokens[:, :-1])  # (B, T, V)
+        loss = F.nll_loss(log_p.flatten(0, 1), tokens[:, 1:].flatten())
+        auxiliary = model.auxiliary_loss()
+        (loss if auxiliary is None else loss + auxiliary).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses))), f"model={preset}: losses {losses}"
+    assert losses[1] != losses[0], "the step must change the model"
+
+
+def test_the_real_path_representatives_are_presets_that_train():
+    assert set(REAL_PATH) <= set(PRESETS)
+    assert all(not declared_refusals(compose_config(f"model={p}", *SMALL)) for p in REAL_PATH)
+
+
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=() if p in REAL_PATH else
+                                                 pytest.mark.slow) for p in PRESETS])
 def test_a_preset_trains_two_steps_or_is_refused_in_one_line(preset, tmp_path):
     refusals = declared_refusals(compose_config(f"model={preset}", *SMALL))
     if refusals:
