@@ -9,8 +9,8 @@ from typing import Any
 from xformer_bench.config import choice_groups
 from xformer_bench.errors import ConfigError, DivergedError, UnmeasuredError, XbenchError
 from xformer_bench.hardware import resolve_precision, trained_on
+from xformer_bench.record_output import check_writable, write_or_keep
 from xformer_bench.results import record as records
-from xformer_bench.schema.folders import unwritable
 from xformer_bench.training.loggers import finish_logging
 from xformer_bench.training.peak_memory import RunPeakMemory
 from xformer_bench.training.preemption import RunInterrupted
@@ -252,7 +252,7 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     config = resolve_precision(config)  # before the run id: auto on a CPU is 32-true
     record = records.new_record(config, {g: choices.get(g) for g in choice_groups()},
                                 overrides, run_dir)
-    _check_writable(records.results_path(config, record["run_id"]).parent)
+    check_writable(config, record["run_id"])
     started = time.perf_counter()
     memory = RunPeakMemory()
     memory.start()
@@ -287,28 +287,6 @@ def execute(config: dict[str, Any], choices: dict[str, str], overrides: list[str
             record["timing_conditions"] = machine.conditions()
             record["device"] = trained_on(config["trainer"])
             record["finished_at"] = records.now()
-            _write(record, config)
+            write_or_keep(record, config)
     return record
 
-
-def _write(record: dict[str, Any], config: dict[str, Any]) -> None:
-    """The record to results/; when that fails at the end, a one-line error saying where the
-    record was kept instead (the run directory)."""
-    try:
-        record["record_path"] = str(records.write_record(record, config))
-    except OSError as error:
-        kept = Path(record["run_dir"]) / "record.json"
-        where = (f"the record ({record['status']}) is kept in {kept}" if kept.is_file()
-                 else f"the record ({record['status']}) could not be kept either")
-        raise XbenchError(f"cannot write {records.results_path(config, record['run_id'])} "
-                          f"({error.strerror or error}); {where}: copy it there once there "
-                          "is room") from None
-
-
-def _check_writable(folder: Path) -> None:
-    """A one-line error before training when records could not be written to ``folder`` (or,
-    while it does not exist, to the nearest folder above it that does)."""
-    reason = unwritable(folder)
-    if reason is not None:
-        raise ConfigError(f"cannot write run records to {folder} ({reason}); "
-                          "free space or choose another with paths.results_dir=...")
