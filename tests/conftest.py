@@ -155,3 +155,23 @@ def changed_future(model, tokens, from_position: int, other_tokens, state=lambda
     torch.testing.assert_close(out_a[:, :k], out_b[:, :k], atol=1e-5, rtol=0)
     assert not torch.allclose(out_a[:, k:], out_b[:, k:])
     return state_a, state_b
+
+
+def two_training_steps(model, length: int = 16) -> list[float]:
+    """The byte-LM loss (plus any auxiliary loss's gradient) of two AdamW steps on fixed random
+    bytes: a model that builds must train, finitely, and change."""
+    import torch
+    import torch.nn.functional as F
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 256, (2, length + 1), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(2):
+        log_p = model(tokens[:, :-1])  # (B, T, V)
+        loss = F.nll_loss(log_p.flatten(0, 1), tokens[:, 1:].flatten())
+        auxiliary = model.auxiliary_loss()
+        (loss if auxiliary is None else loss + auxiliary).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses

@@ -11,9 +11,8 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from conftest import compose_config, declared_refusals
+from conftest import compose_config, declared_refusals, two_training_steps
 from xformer_bench.config import CONF_DIR, PLUMBING_GROUPS, choice_groups
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
@@ -58,17 +57,7 @@ def test_combination_builds_and_trains_two_steps(combo):
         assert "choose another" in refusals[0]
         return
     model = build_model(config, vocab_size=256)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(0))
-    losses = []
-    for _ in range(2):
-        log_p = model(tokens[:, :-1])  # (B, T, V)
-        loss = F.nll_loss(log_p.flatten(0, 1), tokens[:, 1:].flatten())
-        auxiliary = model.auxiliary_loss()
-        (loss if auxiliary is None else loss + auxiliary).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = two_training_steps(model, length=16)
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[1] != losses[0], "the step must change the model"
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from conftest import compose_config, declared_refusals, run_tiny
+from conftest import compose_config, declared_refusals, run_tiny, two_training_steps
 from xformer_bench.config import CONF_DIR
 from xformer_bench.errors import ConfigError
 from xformer_bench.models.build import build_model
@@ -46,17 +45,7 @@ def test_a_preset_trains_two_steps_in_process_or_is_refused_in_one_line(preset):
         return
     assert config["model"]["name"] == preset
     model = build_model(config, 256)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
-    losses = []
-    for _ in range(2):
-        log_p = model(tokens[:, :-1])  # (B, T, V)
-        loss = F.nll_loss(log_p.flatten(0, 1), tokens[:, 1:].flatten())
-        auxiliary = model.auxiliary_loss()
-        (loss if auxiliary is None else loss + auxiliary).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = two_training_steps(model, length=32)
     assert all(torch.isfinite(torch.tensor(losses))), f"model={preset}: losses {losses}"
     assert losses[1] != losses[0], "the step must change the model"
 
