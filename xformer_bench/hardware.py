@@ -26,10 +26,16 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _trains_on_gpu(trainer: dict[str, Any]) -> bool:
+    """Whether ``trainer`` (accelerator auto, gpu or cuda) trains on a visible GPU."""
+    asks = trainer.get("accelerator", "auto") in ("auto", *GPU_ACCELERATORS)
+    return asks and bool(visible_gpus())
+
+
 def trained_on(trainer: dict[str, Any]) -> str:
     """The device a run with ``trainer`` trains on, as a record names it: the GPU's name
     (``NVIDIA H100 80GB HBM3``) where it runs on one, else ``cpu``."""
-    if trainer.get("accelerator", "auto") in ("auto", *GPU_ACCELERATORS) and visible_gpus():
+    if _trains_on_gpu(trainer):
         import torch
 
         return torch.cuda.get_device_name()
@@ -71,7 +77,7 @@ def resolve_precision(config: dict[str, Any]) -> dict[str, Any]:
     if trainer.get("precision") != "auto":
         return config
     precision = "32-true"
-    if trainer.get("accelerator", "auto") in ("auto", *GPU_ACCELERATORS) and visible_gpus():
+    if _trains_on_gpu(trainer):
         import torch
 
         precision = "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
