@@ -62,8 +62,10 @@ def _quiet_libraries() -> None:
 
 
 def main() -> None:
+    from xformer_bench.training.preemption import hold_signals
     from xformer_bench.training.spawned_ranks import spawned_job
 
+    hold_signals()  # a signal before training starts still ends in a record and a clean stop
     _quiet_libraries()
     job = spawned_job()
     if job is not None:  # a DDP rank Lightning started: the parent's job, not a new one

@@ -28,10 +28,24 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     report = sweep_report.current() if multirun else None
     if report is not None:
         report.job_starts(overrides)
+    _stop_if_signalled()
     kind, line, objective = _job(config, choices, overrides, run_dir, multirun)
     if report is not None:
         report.job_ends(kind, line)
     return objective
+
+
+def _stop_if_signalled() -> None:
+    """A SIGTERM/SIGUSR1 held since an earlier job (:mod:`~.training.preemption`): the sweep
+    ends here, before this job claims or trains anything."""
+    import signal
+
+    from xformer_bench.training.preemption import held_signal
+
+    held = held_signal()
+    if held is not None:
+        raise _interrupted(f"{signal.Signals(held).name} before this job started: the sweep "
+                           "stopped here; run the same command to continue", [])
 
 
 def _job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], run_dir: Path,

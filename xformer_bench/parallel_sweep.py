@@ -85,6 +85,8 @@ def run_workers(argv: Sequence[str], workers: int) -> int:
     print(f"[xbench] {workers} workers, cores {' | '.join(','.join(map(str, s)) for s in shares)}"
           f": each runs the sweep, taking the jobs no other holds", flush=True)
     processes, relays = [], []
+    forward = _Forward(processes)  # from before the first worker starts: no signal is lost
+    forwarded = {signum: signal.signal(signum, forward) for signum in FORWARDED}
     for index, cores in enumerate(shares, start=1):
         env = {**os.environ, ENVIRONMENT: str(workers), "OMP_NUM_THREADS": str(len(cores)),
                "MKL_NUM_THREADS": str(len(cores))}
@@ -96,7 +98,7 @@ def run_workers(argv: Sequence[str], workers: int) -> int:
         relay.start()
         processes.append(process)
         relays.append(relay)
-    forwarded = {signum: signal.signal(signum, _forward_to(processes)) for signum in FORWARDED}
+    forward.again()  # one that came while the workers were starting reaches them all
     statuses = []
     for process, relay in zip(processes, relays):
         while True:
@@ -122,12 +124,22 @@ a resume point (:mod:`xformer_bench.training.preemption`); a terminal's SIGINT r
 already."""
 
 
-def _forward_to(processes: Sequence[subprocess.Popen]):
-    def forward(signum, _frame) -> None:
-        for process in processes:
+class _Forward:
+    """The signal handler that passes a signal on to every running worker; it remembers the
+    last one, for the workers started after it came."""
+
+    def __init__(self, processes: Sequence[subprocess.Popen]):
+        self.processes, self.received = processes, None
+
+    def __call__(self, signum, _frame) -> None:
+        self.received = signum
+        for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signum)
-    return forward
+
+    def again(self) -> None:
+        if self.received is not None:
+            self(self.received, None)
 
 
 def worst(statuses: Sequence[int]) -> int:

@@ -8,6 +8,10 @@ it starts again and continues from that point (``resume=auto``).  A signal durin
 validation, or in the step before one, stops without a new point (one saved before a
 validation would resume after it): the run continues from its last resume point and runs
 that validation again, whole.
+
+Outside training (data, model, the record, between a sweep's jobs) SIGTERM and SIGUSR1 are held
+(:func:`hold_signals`), not fatal: a run being set up stops as interrupted before its first step,
+and no later job of the sweep starts (:func:`held_signal`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,32 @@ import lightning as L
 from xformer_bench.errors import XbenchError
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+HELD = (signal.SIGTERM, signal.SIGUSR1)
+_held: int | None = None
+
+
+def hold_signals() -> None:
+    """From the process's start: remember SIGTERM/SIGUSR1 instead of dying of them, so a signal
+    during a job's set-up or between jobs still ends in a record and a clean stop."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HELD:
+            signal.signal(signum, _hold)
+
+
+def _hold(signum: int, frame) -> None:
+    global _held
+    _held = signum
+
+
+def held_signal() -> int | None:
+    """The signal that arrived outside a run's training, if any (:func:`hold_signals`)."""
+    return _held
+
+
+def release_held_signal() -> None:
+    """Forget a held signal (a test's clean slate)."""
+    global _held
+    _held = None
 
 
 class RunInterrupted(XbenchError):
@@ -75,6 +105,11 @@ class Preemption(L.Callback):
         for signum in SIGNALS:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._handle)
+        self.received = _held  # one that came while the run was being set up
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.received is not None:  # stop before the first step: nothing new to save
+            self._stop(trainer, None)
 
     def _handle(self, signum: int, frame) -> None:
         if signum == signal.SIGINT and self.received is not None:
