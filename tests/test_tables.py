@@ -242,7 +242,7 @@ def test_memory_columns_show_measured_step_memory_and_gpu_peaks_only(found):
 
 
 def test_tasks_side_by_side_take_titles_and_directions_from_their_specs(found):
-    """The done-when of issue 8 item 6: classification (higher is better) and pixel LM next
+    """Classification (higher is better) and pixel LM next
     to byte LM in one table."""
     table = table_of(found.of("fixture_tasks"))
     assert [c.title for c in table.columns][5:] == [
