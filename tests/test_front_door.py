@@ -96,3 +96,24 @@ def test_cfg_job_runs_the_preflight_first(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: model.d_modle is not a key of model: did you mean model.d_model=64?"]
+
+
+def test_a_study_that_sets_its_own_window_keeps_it_in_its_gpu_budget():
+    """narang_base's GPU budget sets 512-byte windows: a study of another length (the long-context
+    ones, at 2048) that inherited it would run its GPU budget at 512, another study."""
+    from omegaconf import OmegaConf
+
+    from conftest import compose_config
+    from xformer_bench.config import CONF_DIR
+
+    checked = 0
+    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+        own = OmegaConf.to_container(OmegaConf.load(path))
+        length = (own.get("data") or {}).get("seq_len")
+        study = compose_config(f"experiment={path.stem}")
+        if length is None or path.stem == "narang_base" or not study.get("gpu_budget"):
+            continue
+        gpu = compose_config(f"experiment={path.stem}", *study["gpu_budget"])
+        assert gpu["data"]["seq_len"] == length, (path.stem, study["gpu_budget"])
+        checked += 1
+    assert checked >= 2  # attention_zoo_long, modern_mixers
