@@ -65,7 +65,7 @@ def test_the_shipped_300_step_activation_table_is_marked_early_learning():
     from xformer_bench.results.variants import group_variants
 
     shipped = Path(__file__).resolve().parent.parent / "results" / "reference"
-    records = collect(shipped / "narang_activations_tinyshakespeare" / "records")
+    records = collect(shipped / "narang_activations_300_steps_tinyshakespeare" / "records")
     runs = [r for r in records.of("narang_activations")
             if r["choices"].get("activation") in ("relu", "gelu")]
     table = build_table("narang_activations", group_variants(runs),

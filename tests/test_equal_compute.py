@@ -72,7 +72,7 @@ def test_the_table_caption_says_equal_compute():
     from xformer_bench.results.variants import group_variants
 
     shipped = Path(__file__).resolve().parent.parent / "results" / "reference"
-    records = collect(shipped / "narang_activations_tinyshakespeare" / "records")
+    records = collect(shipped / "narang_activations_300_steps_tinyshakespeare" / "records")
     runs = [copy.deepcopy(r) for r in records.of("narang_activations")
             if r["choices"].get("activation") in ("relu", "gelu")]
     for run in runs:

@@ -57,7 +57,7 @@ def test_the_curves_draw_the_corpus_floors_only_where_they_are_in_bits_per_byte(
 # trade-off that never plots a perturbed speed ----------------------------------------------
 
 SHIPPED = (Path(__file__).resolve().parents[1] / "results" / "reference"
-           / "narang_activations_tinyshakespeare" / "records" / "narang_activations")
+           / "narang_activations_300_steps_tinyshakespeare" / "records" / "narang_activations")
 
 
 def _curve_variant(j: int, seeds: int = 2):

@@ -20,7 +20,7 @@ from xformer_bench.results.table import Cell, Column, Row, Table
 REFERENCE = Path(__file__).parent.parent / "results" / "reference"
 SHIPPED = sorted(p / "records" for p in REFERENCE.iterdir()
                  if (p / "records").is_dir() and not (p / "INCOMPLETE").exists())
-FAST = REFERENCE / "narang_activations_tinyshakespeare" / "records"
+FAST = REFERENCE / "narang_activations_300_steps_tinyshakespeare" / "records"
 OVERFULL = re.compile(r"Overfull \\hbox \(([0-9.]+)pt too wide\)")
 
 

@@ -19,7 +19,7 @@ import pytest
 from xformer_bench.results.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "results" / "reference" / "narang_activations_tinyshakespeare" / "records"
+SHIPPED = ROOT / "results" / "reference" / "narang_activations_300_steps_tinyshakespeare" / "records"
 STUDY = "narang_activations"
 
 

@@ -146,7 +146,7 @@ def test_the_table_takes_the_command_lines_baseline_then_the_studys():
     assert table_baseline("my_compare", [run(None), run({"activation": "relu"})]) is None
 
 
-SHIPPED = ROOT / "results" / "reference" / "narang_activations_tinyshakespeare" / "records"
+SHIPPED = ROOT / "results" / "reference" / "narang_activations_300_steps_tinyshakespeare" / "records"
 
 
 def test_a_debugging_run_of_fewer_steps_is_its_own_table_not_a_row(tmp_path, capsys):
