@@ -133,7 +133,8 @@ def make_tables(results_dir: Path, out_dir: Path, experiments: Sequence[str] = (
             f"no run_id) in {', '.join(folders)}")
     if not found.records:
         if allow_empty and not found.skipped:
-            log(f"no run records under {results_dir} yet: no tables to make")
+            log(f"no run records under {results_dir} yet: no tables to make (train first: "
+                "`xbench`, or `xbench -m experiment=<study>`)")
             return []
         raise NoRecordsError(f"no valid run records under {results_dir}"
                              + (f" ({len(found.skipped)} skipped, named above)"
