@@ -81,21 +81,25 @@ stage decode 100 python3 scripts/bench_decode.py --device $device --dtype $train
 # Needs the budget's data under data/ (enwik8.zip: the machine is offline); STUDY_DATA overrides.
 # STUDY_BUDGET=cpu runs the study's CPU budget instead (a shipped CPU reference re-run on the GPU,
 # in fp32: trainer.precision=32-true keeps the CPU runs' ids, so either machine finishes the other's).
-study=${STUDY:-narang_table1}
+# STUDY may name several studies ("narang_activations systems_lm"): one stage each, in turn, each
+# limited to STUDY_SECONDS.
 study_results=${STUDY_RESULTS:-results/gpu_studies}
-if [ "${SMOKE:-0}" = 1 ]; then
-  budget="experiment=smoke"
-elif [ "${STUDY_BUDGET:-gpu}" = cpu ]; then
-  budget="experiment=$study trainer.precision=32-true ${STUDY_DATA:-}"
-else
-  budget="experiment=$study $(python3 -c "from xformer_bench.sweep_plan import budget_lines as b
+for study in ${STUDY:-narang_table1}; do
+  if [ "${SMOKE:-0}" = 1 ]; then
+    budget="experiment=smoke"
+  elif [ "${STUDY_BUDGET:-gpu}" = cpu ]; then
+    budget="experiment=$study trainer.precision=32-true ${STUDY_DATA:-}"
+  else
+    budget="experiment=$study $(python3 -c "from xformer_bench.sweep_plan import budget_lines as b
 print(b(['experiment=$study'])[-1].split(' ', 6)[-1])") ${STUDY_DATA:-}"
-fi
-stage study ${STUDY_SECONDS:-540} python3 -m xformer_bench.cli -m $budget logger=none \
-  paths.results_dir=$study_results --workers ${WORKERS:-4}
-mkdir -p "$out/r/studies"  # the records (not the resume points: they stay on the machine)
-records=$(cd "$out/r/studies" && pwd)
-(cd "$study_results" 2>/dev/null && find . -name '*.json' -not -path './checkpoints/*' \
-  -exec cp --parents {} "$records/" \;)
+  fi
+  stage "study_$study" ${STUDY_SECONDS:-540} python3 -m xformer_bench.cli -m $budget logger=none \
+    paths.results_dir=$study_results --workers ${WORKERS:-4}
+  mkdir -p "$out/r/studies"  # the records (not the resume points: they stay on the machine)
+  records=$(cd "$out/r/studies" && pwd)
+  (cd "$study_results" 2>/dev/null && find . -name '*.json' -not -path './checkpoints/*' \
+    -exec cp --parents {} "$records/" \;)
+  tar -czf "$out/gpu_suite.tar.gz" -C "$out" r
+done
 echo "done $(date -u +%T)" | tee -a "$log"
 tar -czf "$out/gpu_suite.tar.gz" -C "$out" r
