@@ -159,6 +159,7 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     from xformer_bench.models.flops import training_step_flops
     from xformer_bench.training.step_memory import training_step_memory
     from xformer_bench.training.loggers import build_loggers, close_loggers
+    from xformer_bench.training.progress_lines import ProgressLines
     from xformer_bench.training.throughput import Throughput
     from xformer_bench.training.checkpoints import discard
     from xformer_bench.training.final_weights import keep_final_weights
@@ -193,8 +194,10 @@ def _train(config: dict[str, Any], record: dict[str, Any], run_dir: Path,
     subsample = ValidationSubsample(config["data"].get("val_subsample"), validation_steps(
         config["trainer"]["max_steps"], config["trainer"]["val_checks"])[-1])
     loggers = build_loggers(config["logger"], run_dir, record)
+    lines = ProgressLines(record["run_id"], config["trainer"]["max_steps"],
+                          records.primary_metric(record).key("val"))  # when no bar is shown
     trainer = build_trainer(config["trainer"], loggers,
-                            [throughput, history, subsample, *resumable], run_dir)
+                            [throughput, history, subsample, lines, *resumable], run_dir)
     probing = time.perf_counter()
     flops = training_step_flops(task.model, seq_len, batch_size, probe(1) if probe else None)
     # Each rank trains on its own batches, each step on accumulate_grad_batches of them.

@@ -54,9 +54,9 @@ class SweepReport:
         elapsed = time.perf_counter() - self.started
         trained = [j.seconds for j in self.jobs if j.kind in ("finished", "failed")]
         left = len(self.jobs) - 1
-        estimate = (f", ~{_clock(sum(trained) / len(trained) * (self.total - left))} left"
+        estimate = (f", ~{clock(sum(trained) / len(trained) * (self.total - left))} left"
                     if trained else "")
-        print(f"[xbench] job {len(self.jobs)}/{self.total} ({_clock(elapsed)} elapsed"
+        print(f"[xbench] job {len(self.jobs)}/{self.total} ({clock(elapsed)} elapsed"
               f"{estimate}): {what}", flush=True)
         self._job_started = time.perf_counter()
 
@@ -75,7 +75,7 @@ class SweepReport:
         unreached = self.total - len(self.jobs)
         shown = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
         lines = [f"[xbench] sweep: {len(self.jobs)} of {self.total} jobs in "
-                 f"{_clock(time.perf_counter() - self.started)}: {shown or 'none run'}"
+                 f"{clock(time.perf_counter() - self.started)}: {shown or 'none run'}"
                  + (f", {unreached} not reached" if unreached > 0 else "")]
         lines += [f"[xbench]   job {j.number} {j.kind}: {j.what}" + (f" -- {j.line}" if j.line else "")
                   for j in self.jobs if j.kind in (*FAILING, "elsewhere")]
@@ -90,7 +90,8 @@ class SweepReport:
         return 0
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """75.4 -> '1m15s', 3725 -> '1h02m'."""
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

@@ -31,7 +31,8 @@ TRAINER = Group("trainer", common={
     "keep_weights": Choice("keep the final weights for xbench-sample (<checkpoint_dir>/"
                            "<experiment>/<run_id>/final.pt); auto: language models of at most "
                            "50M parameters", ("auto", True, False), computes=False),
-    "progress_bar": Bool("show the progress bar", computes=False),
+    "progress_bar": Choice("show the progress bar; auto: when stderr is a terminal (else one "
+                           "line per validation)", ("auto", True, False), computes=False),
     "deterministic": Either("deterministic algorithms only", (Bool(""), Choice("", ("warn",)))),
 })
 

@@ -9,6 +9,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from xformer_bench.hardware import resolve_precision
+from xformer_bench.training.progress_lines import shows_bar
 from xformer_bench.training.validation_schedule import validate_after, validation_steps
 
 
@@ -37,7 +38,7 @@ def build_trainer(trainer: dict, loggers: list[Logger], callbacks: list[L.Callba
         num_sanity_val_steps=0,
         log_every_n_steps=t["log_every_n_steps"],
         enable_checkpointing=t["checkpoint"],
-        enable_progress_bar=t["progress_bar"],
+        enable_progress_bar=shows_bar(t["progress_bar"]),
         enable_model_summary=False,
         use_distributed_sampler=False,  # the datamodule shards by rank itself
         deterministic=t["deterministic"],
