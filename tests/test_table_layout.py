@@ -119,6 +119,12 @@ def test_columns_override_the_studys_declaration(tmp_path):
     assert "Same in every row: Ops 11.7G." in tex
 
 
+def test_a_named_set_stands_for_its_columns(tmp_path):
+    tex = _rendered(FAST, tmp_path, "--columns", "losses")[0].read_text()
+    header = next(line for line in tex.splitlines() if line.startswith("Variant"))
+    assert header == r"Variant & Early loss & Final loss & bpb & $\Delta$ bpb & p \\"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("records", SHIPPED, ids=lambda p: p.parent.name)
 def test_every_shipped_study_fits_a_one_column_page(records, tmp_path):

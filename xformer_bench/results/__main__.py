@@ -32,7 +32,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         default=None, metavar="A,B,C",
                         help="the LaTeX table's columns, over each study's table_columns "
                              "(default: params,step_s,metric,delta,p,paper,seeds; also any "
-                             "column key of the CSV, e.g. final_loss, ops, <column>_agrees)")
+                             "column key of the CSV, e.g. final_loss, ops, <column>_agrees, "
+                             "and the sets default, quality, losses, cost)")
     parser.add_argument("--latex-float", choices=("table", "table*"), default="table",
                         help="the LaTeX float: table (one column of the page) or table* "
                              "(across both columns of a two-column paper)")

@@ -1,6 +1,7 @@
 """A study's table laid out for a paper page (the LaTeX table): the columns the study declares
 (``table_columns: [params, step_s, metric, delta, p, paper]`` in conf/experiment/<study>.yaml,
-:data:`DEFAULT` when absent, ``xbench-table --columns`` over both), a column equal in every
+:data:`DEFAULT` when absent, ``xbench-table --columns`` over both; a set of :data:`PRESETS`
+stands for its columns), a column equal in every
 row dropped (named once in the caption), and the derived columns:
 
 * ``delta``: the primary metric's row mean minus the baseline row's (†: significant);
@@ -26,6 +27,11 @@ from xformer_bench.results.paper_columns import AGREES, DISAGREES, SUFFIX, WITHI
 from xformer_bench.results.table import Cell, Column, Table, cell_text
 
 DEFAULT = ("params", "step_s", "metric", "delta", "p", "paper", "seeds")
+PRESETS = {"default": DEFAULT,
+           "quality": ("metric", "delta", "p", "paper", "seeds"),
+           "losses": ("early_loss", "final_loss", "metric", "delta", "p", "seeds"),
+           "cost": ("params", "ops", "step_s", "step_mib", "metric", "delta")}
+"""Named column sets: a name in a column list stands for its columns (``--columns cost,p``)."""
 ALIASES = {"step_s": "steps_per_sec", "steps_per_sec": "steps_per_sec", "step_mib": "step_memory",
            "peak_mib": "peak_memory", "attended_pct": "attended", "flops": "ops"}
 VERDICT = {AGREES: "yes", DISAGREES: "no", WITHIN_NOISE: "≈"}
@@ -106,7 +112,8 @@ class _Builder:
         if key in KNOWN:  # a column these records cannot fill (no speed measured)
             return []
         raise ConfigError(f"table column {name!r}: none of {', '.join(self.keys)} nor "
-                          "metric, delta, p, paper, <column>_agrees")
+                          "metric, delta, p, paper, <column>_agrees, nor a set: "
+                          f"{', '.join(PRESETS)}")
 
     def _titled(self, j: int) -> Column:
         column = self.table.columns[j]
@@ -201,7 +208,8 @@ def layout(table: Table, names: Sequence[str] | None = None,
         return table
     builder = _Builder(table, paper)
     chosen: list[tuple[Column, list[Cell]]] = []
-    for name in names or DEFAULT:
+    expanded = [c for n in names or DEFAULT for c in PRESETS.get(str(n).strip(), (n,))]
+    for name in expanded:
         for column, cells in builder.resolve(str(name).strip()):
             if column.key not in {c.key for c, _ in chosen}:
                 chosen.append((column, cells))
