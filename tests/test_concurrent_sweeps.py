@@ -10,7 +10,8 @@ import pytest
 
 from conftest import XBENCH
 from xformer_bench.results.collect import collect
-from xformer_bench.run_claim import claim_path, claimed, holder_of
+from xformer_bench.parallel_sweep import ENVIRONMENT
+from xformer_bench.run_claim import claim_path, claimed, held_by_sibling, holder_of
 
 
 def test_a_live_claim_is_respected_and_a_dead_ones_is_taken_over(tmp_path):
@@ -28,6 +29,27 @@ def test_a_live_claim_is_respected_and_a_dead_ones_is_taken_over(tmp_path):
     claim_path(record).write_text(f"{socket.gethostname()} {gone.pid}\n")
     with claimed(record) as taken:
         assert taken  # a killed process's claim does not block the run forever
+
+
+def test_a_claim_held_by_another_worker_of_the_same_sweep_is_told_apart(tmp_path, monkeypatch):
+    """A ``--workers`` sibling (same parent) is no stranger: its skips are not listed as runs
+    held elsewhere, with a command to clear them."""
+    record = tmp_path / "exp" / "run.json"
+    record.parent.mkdir()
+    sibling = subprocess.Popen(["sleep", "30"])  # its parent: this process
+    try:
+        claim_path(record).write_text(f"{socket.gethostname()} {sibling.pid} now\n")
+        monkeypatch.setenv(ENVIRONMENT, "2")
+        monkeypatch.setattr(os, "getppid", os.getpid)  # as if this process were its sibling
+        assert held_by_sibling(record)
+        monkeypatch.delenv(ENVIRONMENT)
+        assert not held_by_sibling(record)  # not a worker: a sweep started beside another
+        monkeypatch.setenv(ENVIRONMENT, "2")
+        claim_path(record).write_text(f"{socket.gethostname()} 1 now\n")  # init: other parent
+        assert not held_by_sibling(record)
+    finally:
+        sibling.kill()
+        sibling.wait()
 
 
 @pytest.mark.slow  # a whole sweep in a subprocess: make test-full

@@ -56,7 +56,7 @@ def _job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], 
     from xformer_bench.models.param_match import describe, match_params
     from xformer_bench.option_settings import apply_option_settings
     from xformer_bench.results.record import results_path, run_identity
-    from xformer_bench.run_claim import claim_line, claimed
+    from xformer_bench.run_claim import claim_line, claimed, held_by_sibling
     from xformer_bench.schema import check_config, check_folders
     from xformer_bench.training.equal_compute import apply_equal_compute
 
@@ -75,6 +75,9 @@ def _job(config: dict[str, Any], choices: dict[str, str], overrides: list[str], 
     config = resolve_precision(config)  # before the run id: auto on a CPU is 32-true
     record_path = results_path(config, run_identity(config, choices))
     with claimed(record_path) as owned:
+        if not owned and held_by_sibling(record_path):
+            print(f"[xbench] skip {record_path.stem}: another worker of this sweep runs it")
+            return "worker", "", None
         if not owned:
             line = f"running in another process: {claim_line(record_path)}"
             print(f"[xbench] skip {record_path.stem}: {line}")

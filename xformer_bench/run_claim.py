@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from xformer_bench.parallel_sweep import ENVIRONMENT
+
 
 def claim_path(record_path: Path) -> Path:
     return record_path.with_name(f".{record_path.stem}.claim")
@@ -68,6 +70,23 @@ def holder_of(record_path: Path) -> str | None:
     claim = claim_path(record_path)
     holder = _holder(claim) if claim.exists() and not _stale(claim) else None
     return None if holder is None else f"{holder[0]}:{holder[1]}"
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (Linux's /proc), None where it cannot be read."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def held_by_sibling(record_path: Path) -> bool:
+    """Whether another worker of this ``--workers`` sweep holds the run: this process is a
+    worker (``XBENCH_WORKERS``) and the holder, on this host, has the same parent."""
+    holder = _holder(claim_path(record_path))
+    return (ENVIRONMENT in os.environ and holder is not None
+            and holder[0] == socket.gethostname() and holder[1] != os.getpid()
+            and _parent_of(holder[1]) == os.getppid())
 
 
 def claim_line(record_path: Path) -> str:

@@ -16,10 +16,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-KINDS = ("finished", "skipped", "elsewhere", "refused", "failed", "interrupted")
+KINDS = ("finished", "skipped", "worker", "elsewhere", "refused", "failed", "interrupted")
 """A job's outcome: trained and recorded; skipped as already finished (``skip_completed``);
-left to the process that holds its claim; refused before training (one ``error:`` line);
-failed while training (its record says how); stopped by a signal."""
+left to another worker of the same ``--workers`` sweep; left to another process that holds its
+claim; refused before training (one ``error:`` line); failed while training (its record says
+how); stopped by a signal."""
+SHOWN_AS = {"worker": "with the other workers"}
+"""How a kind reads in the summary's counts, where its name alone would not."""
 FAILING = ("refused", "failed", "interrupted")
 EXIT_STATUS = {"refused": 2, "failed": 1, "interrupted": 2}
 """The sweep's exit status for its first failing kind, as a single run's: 2 for xbench's own
@@ -73,7 +76,7 @@ class SweepReport:
         """The counts, then one line per job that did not finish (skips by kind, counted)."""
         counts = {k: sum(j.kind == k for j in self.jobs) for k in KINDS}
         unreached = self.total - len(self.jobs)
-        shown = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+        shown = ", ".join(f"{n} {SHOWN_AS.get(k, k)}" for k, n in counts.items() if n)
         lines = [f"[xbench] sweep: {len(self.jobs)} of {self.total} jobs in "
                  f"{clock(time.perf_counter() - self.started)}: {shown or 'none run'}"
                  + (f", {unreached} not reached" if unreached > 0 else "")]
