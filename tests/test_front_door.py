@@ -79,6 +79,7 @@ def test_dry_run_lists_every_job_with_its_run_id_and_trains_nothing(tmp_path, fl
     assert "dry run: 4 jobs: 4 to run" in lines[-1]
     assert "[xbench] budget: 16 steps of 4 x 32 (2,048 positions) a run" in lines
     assert not any("GPU budget" in line for line in lines)  # smoke declares none
+    assert not any("One model" in line for line in lines)  # relu and gelu: two models
     assert not (tmp_path / "results").exists() and not (tmp_path / "multirun").exists()
 
 

@@ -97,9 +97,10 @@ DRY_RUN = "--dry-run"
 """``xbench -m experiment=X --dry-run``: every planned job, nothing trained."""
 
 
-def job_plan(overrides: Sequence[str]) -> tuple[str | None, str]:
-    """(run id, what a run would do: ``run``, ``skip: already finished`` or ``refused: <line>``)
-    for one job's overrides, through the checks :func:`xformer_bench.job.run_job` makes."""
+def job_plan(overrides: Sequence[str]) -> tuple[str | None, str, dict | None]:
+    """(run id, what a run would do: ``run``, ``skip: already finished`` or ``refused: <line>``,
+    the resolved config or None when refused) for one job's overrides, through the checks
+    :func:`xformer_bench.job.run_job` makes."""
     from hydra import compose
     from omegaconf import OmegaConf, open_dict
 
@@ -125,28 +126,38 @@ def job_plan(overrides: Sequence[str]) -> tuple[str | None, str]:
         config = resolve_precision(apply_equal_compute(match_params(config, list(overrides)),
                                                        list(overrides)))
     except XbenchError as error:
-        return None, f"refused: {error}"
+        return None, f"refused: {error}", None
     finished = config.get("skip_completed") and finished_record(config, choices)
-    return run_identity(config, choices), "skip: already finished" if finished else "run"
+    return (run_identity(config, choices), "skip: already finished" if finished else "run",
+            config)
 
 
 def dry_run_lines(planned: Sequence[tuple[str | None, list[str] | None]],
                   jobs: Sequence[list[list[str]]]) -> list[str]:
     """What ``--dry-run`` prints: each planned sweep's title, then each of its jobs -- number,
     overrides, run id and what a run would do -- and the totals."""
-    total, number, lines, states = sum(map(len, jobs)), 0, [], []
+    from xformer_bench.results.same_computation import planned_rows, summary_line
+    from xformer_bench.schema.data import task_of
+
+    total, number, lines, states, runs = sum(map(len, jobs)), 0, [], [], []
     for (title, argv), sweep_jobs in zip(planned, jobs):
         if title:
             lines.append(f"[xbench] {title}" + (f": xbench {' '.join(argv)}" if argv else ""))
         for overrides in sweep_jobs:
             number += 1
-            run_id, state = job_plan(overrides)
+            run_id, state, config = job_plan(overrides)
             states.append(state.split(":")[0])
             lines.append(f"  {number}/{total} {' '.join(overrides) or '(defaults)'}\n"
                          f"      {run_id or '-'}: {state}")
+            if config is not None:  # a row: its paper row, else its overrides but the seed
+                label = config.get("paper_row") or " ".join(
+                    o for o in overrides if not o.startswith("seed=")) or "(defaults)"
+                runs.append((str(label), config, task_of(config["data"])))
     counts = {s: states.count(s) for s in ("run", "skip", "refused")}
     first = next((job for sweep_jobs in jobs for job in sweep_jobs), None)
     lines += budget_lines(first) if first is not None else []
+    same = summary_line(planned_rows(runs))
+    lines += [f"[xbench] warning: {same}"] if same else []
     lines.append(f"[xbench] dry run: {total} jobs: {counts['run']} to run, {counts['skip']} "
                  f"already finished, {counts['refused']} refused; nothing trained")
     return lines

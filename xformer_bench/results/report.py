@@ -14,6 +14,7 @@ from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
 from xformer_bench.results.ladder_render import write_ladder_tables
 from xformer_bench.results.ladder_table import study_rows
+from xformer_bench.results.same_computation import summary_line as same_computation_line
 from xformer_bench.results.setups import Study, split_studies
 from xformer_bench.results.speed import load_timings, with_calibration
 from xformer_bench.results.variants import group_variants, repeated_seeds
@@ -172,8 +173,13 @@ def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
     paper = study_reference(experiment) if whole else None
     table = build_table(study.name, variants, table_baseline(experiment, study.records),
                         study_allowed_differences(experiment), paper)
+    same = same_computation_line(variants)
+    if same:
+        log(f"warning: {study.name}: {same}")
     if whole:
         table = replace(table, summary=(*table.summary, *not_run_lines(experiment, rows)))
+    if same:
+        table = replace(table, summary=(*table.summary, same))
     elif study.apart:  # the table says why it is not the experiment's
         table = replace(table, summary=(f"Not in the {experiment} table: {study.apart}.",
                                         *table.summary))

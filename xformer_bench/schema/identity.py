@@ -52,3 +52,15 @@ def computing_part(config: dict) -> dict:
         kept[name] = {k: pinned.get(k, v) for k, v in node.items()
                       if k not in keys or k in pinned}
     return kept
+
+
+@cache
+def unread_by(task: str) -> dict[str, frozenset[str]]:
+    """Group or top-level node -> its keys that ``task`` never reads (``read_by`` without it:
+    ``model.tie_encoder_embedding`` on a decoder-only LM)."""
+    declared = {name: [g.common, *g.options.values()] for name, g in GROUPS.items()}
+    declared.update({k: [spec.keys] for k, spec in TOP_KEYS.items() if isinstance(spec, Node)})
+    unread = {name: frozenset(k for node in nodes for k, v in node.items()
+                              if v.read_by is not None and task not in v.read_by)
+              for name, nodes in declared.items()}
+    return {name: keys for name, keys in unread.items() if keys}

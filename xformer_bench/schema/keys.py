@@ -47,12 +47,14 @@ class Key:
     """A key's declaration; ``null`` says what null means where the key may be null;
     ``computes=False`` marks a key that changes nothing a run computes (how it is shown,
     logged, checkpointed, resumed or where its files go): outside the run id
-    (:mod:`xformer_bench.schema.identity`)."""
+    (:mod:`xformer_bench.schema.identity`); ``read_by``: the tasks that read it (None: every
+    task) -- elsewhere its value changes nothing, though the run id still hashes it."""
 
     meaning: str
     null: str | None = field(default=None, kw_only=True)
     says: str | None = field(default=None, kw_only=True)  # the range in words, when not derived
     computes: bool = field(default=True, kw_only=True)
+    read_by: frozenset[str] | None = field(default=None, kw_only=True)
 
     def accepts(self, value: Any) -> bool:
         if value is None:

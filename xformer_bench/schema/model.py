@@ -8,6 +8,8 @@ from xformer_bench.schema.group import NAMED, Group
 from xformer_bench.schema.keys import Bool, Choice, Either, Float, Int, Node, OptionOf, Seq
 from xformer_bench.schema.shapes import ANY
 
+TRANSLATE, CLASSIFY = frozenset({"translate"}), frozenset({"classify"})  # :data:`.shapes.TASKS`
+
 MODEL_KEYS = {
     **NAMED,
     "d_model": Int("the model width", 1),
@@ -17,18 +19,19 @@ MODEL_KEYS = {
     "dropout": Float("dropout on the residual branches and embeddings", 0, 1, open_hi=True),
     "norm_placement": Choice("pre: x+f(N(x)) | post: N(x+f(x)) | sandwich: x+N(f(N(x)))",
                              ("pre", "post", "sandwich")),
-    "tie_encoder_embedding": Bool("encoder-decoder: the source reads the target's input table"),
+    "tie_encoder_embedding": Bool("encoder-decoder: the source reads the target's input table",
+                                  read_by=TRANSLATE),
     "share_blocks": Either("one block's weights at every depth: true, or one side of an "
                            "encoder-decoder", (Bool(""), Choice("", ("encoder", "decoder")))),
     "transparent_attention": Bool("each decoder layer's cross-attention mixes every encoder "
-                                  "layer"),
+                                  "layer", read_by=TRANSLATE),
     "residual": Choice("the residual connection: add, or GTrXL's GRU gate", ("add", "gru_gate")),
     "residual_attention": Bool("RealFormer: each layer adds the previous layer's attention "
                                "logits"),
     "checkpointing": Bool("recompute each block in the backward pass"),
     "pool": Choice("classifiers: the [CLS] vector's final state, or the mean over positions",
-                   ("cls", "mean")),
-    "patch_size": Int("image classifiers: P x P patches", 1),
+                   ("cls", "mean"), read_by=CLASSIFY),
+    "patch_size": Int("image classifiers: P x P patches", 1, read_by=CLASSIFY),
     "hybrid": Node("another token mixer at declared depths", keys={
         "attention": OptionOf("the other mixer: an attention option", group="attention"),
         "every": Int("layers i with i % every == offset get it", 1,
