@@ -50,15 +50,18 @@ class SweepReport:
 
     def job_starts(self, overrides: list[str]) -> None:
         """``[xbench] job k/N (elapsed, ~left): key=value ...`` -- the keys the sweep varies;
-        the estimate from the jobs that trained (a skipped job takes no time)."""
+        the estimate from the jobs that trained (a skipped job takes no time), the jobs left
+        shared among the sweep's workers (``--workers N``: each runs about 1/N of them)."""
+        from xformer_bench.training.timing_conditions import parallel_jobs
+
         shown = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in self.varying]
         what = " ".join(shown or overrides) or "(defaults)"
         self.jobs.append(Job(len(self.jobs) + 1, what))
         elapsed = time.perf_counter() - self.started
         trained = [j.seconds for j in self.jobs if j.kind in ("finished", "failed")]
         left = len(self.jobs) - 1
-        estimate = (f", ~{clock(sum(trained) / len(trained) * (self.total - left))} left"
-                    if trained else "")
+        share = (self.total - left) / parallel_jobs()
+        estimate = (f", ~{clock(sum(trained) / len(trained) * share)} left" if trained else "")
         print(f"[xbench] job {len(self.jobs)}/{self.total} ({clock(elapsed)} elapsed"
               f"{estimate}): {what}", flush=True)
         self._job_started = time.perf_counter()
