@@ -173,16 +173,15 @@ def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
     paper = study_reference(experiment) if whole else None
     table = build_table(study.name, variants, table_baseline(experiment, study.records),
                         study_allowed_differences(experiment), paper)
-    same = same_computation_line(variants)
-    if same:
-        log(f"warning: {study.name}: {same}")
     if whole:
         table = replace(table, summary=(*table.summary, *not_run_lines(experiment, rows)))
-    if same:
-        table = replace(table, summary=(*table.summary, same))
     elif study.apart:  # the table says why it is not the experiment's
         table = replace(table, summary=(f"Not in the {experiment} table: {study.apart}.",
                                         *table.summary))
+    same = same_computation_line(variants)  # rows that are one model under two names
+    if same:
+        log(f"warning: {study.name}: {same}")
+        table = replace(table, summary=(*table.summary, same))
     for row in table.rows:  # one line per row that differs in what the study did not declare
         line = confounds.warning(study.name, row.label, list(row.differences))
         if line:
