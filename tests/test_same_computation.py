@@ -123,3 +123,27 @@ def test_the_dry_run_warns_before_anything_trains():
     assert len(warnings) == 1 and warnings[0].startswith("[xbench] warning: One model")
     assert warnings[0].endswith("noise): " + " = ".join(rows) + ".")  # gelu is not among them
     assert lines[-1].startswith("[xbench] dry run: 8 jobs: 8 to run")
+
+
+def test_a_table_set_apart_keeps_its_reason_beside_the_one_model_line(tmp_path):
+    """The pair also run at another budget from the command line: that table says both why it
+    is apart and which rows are one model (one line once displaced the other)."""
+    from xformer_bench.results.report import make_tables
+
+    folder = tmp_path / "results" / "one_model_fixture"
+    folder.mkdir(parents=True)
+    for _, config in composed({"Untied embeddings", "Tied encoder/decoder input embeddings"}):
+        for steps in (config["trainer"]["max_steps"], 7):
+            shorter = {**config, "trainer": {**config["trainer"], "max_steps": steps}}
+            for seed in (0, 1):
+                record = record_of(shorter, seed)
+                if steps == 7:
+                    record["overrides"].append("trainer.max_steps=7")
+                (folder / f"{record['run_id']}.json").write_text(json.dumps(record))
+    written = make_tables(tmp_path / "results", tmp_path / "tables", plots=False,
+                          log=lambda line: None)
+    apart = next(p for p in written if p.name == "one_model_fixture__max_steps_7.md").read_text()
+    assert "Not in the one_model_fixture table: a separate setup: 4 runs" in apart
+    assert "One model under two names" in apart
+    main = next(p for p in written if p.name == "one_model_fixture.md").read_text()
+    assert "One model under two names" in main and "Not in the" not in main
