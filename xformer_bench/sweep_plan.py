@@ -8,6 +8,7 @@ place the study gave the key), crossed.  A command line without ``-m`` is one jo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,39 +98,78 @@ DRY_RUN = "--dry-run"
 """``xbench -m experiment=X --dry-run``: every planned job, nothing trained."""
 
 
-def job_plan(overrides: Sequence[str]) -> tuple[str | None, str, dict | None]:
-    """(run id, what a run would do: ``run``, ``skip: already finished`` or ``refused: <line>``,
-    the resolved config or None when refused) for one job's overrides, through the checks
-    :func:`xformer_bench.job.run_job` makes."""
-    from hydra import compose
-    from omegaconf import OmegaConf, open_dict
+SEED = re.compile(r"seed=(-?\d+)")
+"""A job's seed override, split off so jobs that differ only in it share their composition."""
 
-    from xformer_bench.errors import XbenchError
-    from xformer_bench.hardware import resolve_precision
-    from xformer_bench.models.param_match import match_params
-    from xformer_bench.option_settings import apply_option_settings
-    from xformer_bench.results.record import finished_record, run_identity
-    from xformer_bench.schema import check_config
-    from xformer_bench.training.equal_compute import apply_equal_compute
 
-    with _hydra():
-        composed = compose(config_name="config", overrides=list(overrides),
-                           return_hydra_config=True)
-        choices = {k: v for k, v in composed.hydra.runtime.choices.items()
-                   if "/" not in k and "@" not in k}
-        with open_dict(composed):
-            del composed["hydra"]
-        config = OmegaConf.to_container(composed, resolve=True)
-    try:
-        config = apply_option_settings(config, list(overrides))
-        check_config(config)
-        config = resolve_precision(apply_equal_compute(match_params(config, list(overrides)),
-                                                       list(overrides)))
-    except XbenchError as error:
-        return None, f"refused: {error}", None
-    finished = config.get("skip_completed") and finished_record(config, choices)
-    return (run_identity(config, choices), "skip: already finished" if finished else "run",
-            config)
+class JobPlanner:
+    """What :func:`xformer_bench.job.run_job` would do with each job's overrides, through the
+    checks it makes.  Jobs that differ only in ``seed=N`` share the Hydra composition (the seed
+    is set before the config resolves, so an interpolated ``${seed}`` follows it) and, where
+    their resolved configs are equal but for the seed, the parameter match (parameter counts do
+    not depend on the seed): a 3-seed study composes and matches each row once."""
+
+    def __init__(self) -> None:
+        self._composed: dict[tuple[str, ...], tuple[Any, dict[str, str]]] = {}
+        self._matched: dict[tuple[str, tuple[str, ...]], dict] = {}
+
+    def plan(self, overrides: Sequence[str]) -> tuple[str | None, str, dict | None]:
+        """(run id, ``run``, ``skip: already finished`` or ``refused: <line>``, the resolved
+        config or None when refused)."""
+        from xformer_bench.errors import XbenchError
+        from xformer_bench.hardware import resolve_precision
+        from xformer_bench.option_settings import apply_option_settings
+        from xformer_bench.results.record import finished_record, run_identity
+        from xformer_bench.schema import check_config
+        from xformer_bench.training.equal_compute import apply_equal_compute
+
+        seeds = [int(m.group(1)) for m in map(SEED.fullmatch, overrides) if m]
+        rest = tuple(o for o in overrides if not SEED.fullmatch(o))
+        config, choices = self._compose(rest, seeds[-1] if seeds else None)
+        try:
+            config = apply_option_settings(config, list(overrides))
+            check_config(config)
+            config = resolve_precision(apply_equal_compute(self._match(config, rest, overrides),
+                                                           list(overrides)))
+        except XbenchError as error:
+            return None, f"refused: {error}", None
+        finished = config.get("skip_completed") and finished_record(config, choices)
+        return (run_identity(config, choices), "skip: already finished" if finished else "run",
+                config)
+
+    def _compose(self, rest: tuple[str, ...], seed: int | None) -> tuple[dict, dict[str, str]]:
+        import copy
+
+        from hydra import compose
+        from omegaconf import OmegaConf, open_dict
+
+        if rest not in self._composed:
+            with _hydra():
+                composed = compose(config_name="config", overrides=list(rest),
+                                   return_hydra_config=True)
+            choices = {k: v for k, v in composed.hydra.runtime.choices.items()
+                       if "/" not in k and "@" not in k}
+            with open_dict(composed):
+                del composed["hydra"]
+            self._composed[rest] = composed, choices
+        composed, choices = self._composed[rest]
+        composed = copy.deepcopy(composed)
+        if seed is not None:
+            composed.seed = seed
+        return OmegaConf.to_container(composed, resolve=True), choices
+
+    def _match(self, config: dict, rest: tuple[str, ...], overrides: Sequence[str]) -> dict:
+        import copy
+        import json
+
+        from xformer_bench.models.param_match import match_params
+
+        unseeded = json.dumps({k: v for k, v in config.items() if k != "seed"},
+                              sort_keys=True, default=str)
+        key = (unseeded, rest)
+        if key not in self._matched:
+            self._matched[key] = match_params(config, list(overrides))
+        return {**copy.deepcopy(self._matched[key]), "seed": config.get("seed")}
 
 
 def dry_run_lines(planned: Sequence[tuple[str | None, list[str] | None]],
@@ -140,12 +180,13 @@ def dry_run_lines(planned: Sequence[tuple[str | None, list[str] | None]],
     from xformer_bench.schema.data import task_of
 
     total, number, lines, states, runs = sum(map(len, jobs)), 0, [], [], []
+    planner = JobPlanner()
     for (title, argv), sweep_jobs in zip(planned, jobs):
         if title:
             lines.append(f"[xbench] {title}" + (f": xbench {' '.join(argv)}" if argv else ""))
         for overrides in sweep_jobs:
             number += 1
-            run_id, state, config = job_plan(overrides)
+            run_id, state, config = planner.plan(overrides)
             states.append(state.split(":")[0])
             lines.append(f"  {number}/{total} {' '.join(overrides) or '(defaults)'}\n"
                          f"      {run_id or '-'}: {state}")
