@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from xformer_bench.config import compose_config
 from xformer_bench.models.build import build_model
 from xformer_bench.models.flops import training_step_flops
-from xformer_bench.core.step_updates import apply_pending_updates
+from xformer_bench.core.step_updates import apply_pending_updates, prepare_training_step
 
 
 def main() -> None:
@@ -44,6 +44,7 @@ def main() -> None:
     tokens = torch.randint(0, 256, (batch, seq_len + 1), device=args.device)
 
     def step() -> None:
+        prepare_training_step(model)  # as the Task: Performer's redraw before the batch
         with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16):
             log_p = step_model(tokens[:, :-1])  # (B, T, V)
         F.nll_loss(log_p.float().flatten(0, 1), tokens[:, 1:].flatten()).backward()

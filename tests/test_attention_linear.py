@@ -133,24 +133,32 @@ def test_key_scales_with_no_key_and_memory_only_padding_give_zero_not_nan():
         assert torch.equal(out, torch.zeros(1, 1, 5, 3))
 
 
-def test_features_are_redrawn_every_interval_in_training_and_never_in_eval():
+def train_step(layer, q, k, v) -> None:
+    """One training step of the layer as the Task drives it: what is due before the batch, the
+    forward, the optimiser step's count."""
+    layer.train().before_training_step()
+    layer(q, k, v, causal=True)
+    layer.apply_pending_updates()
+
+
+def test_features_are_redrawn_every_interval_before_training_and_never_in_eval():
     torch.manual_seed(3)
     layer = ATTENTION.get("performer")(DIMS, n_features=8, redraw_interval=3)
     q, k, v = qkv(t=4, s=4, dh=DIMS.head_dim, dtype=torch.float32)
     drawn = [layer.features.clone()]
     for _ in range(3):  # evaluation: neither redraws nor counts
         layer.eval()(q, k, v, causal=True)
+        layer.before_training_step()  # nothing counted: nothing due
     assert torch.equal(layer.features, drawn[0]) and int(layer.steps) == 0
     for step in range(8):
-        layer.train()(q, k, v, causal=True)
-        layer.apply_pending_updates()  # after the optimiser step, as Task.optimizer_step
-        drawn.append(layer.features.clone())
+        train_step(layer, q, k, v)
+        drawn.append(layer.features.clone())  # what an evaluation after this step uses
         layer.eval()(q, k, v, causal=True)
         layer.apply_pending_updates()  # in evaluation: nothing
         assert torch.equal(layer.features, drawn[-1])
     changed = [i for i in range(1, 9) if not torch.equal(drawn[i], drawn[i - 1])]
-    assert changed == [3, 6]  # after steps 3 and 6: steps 4 and 7 use redraws 1 and 2
-    assert int(layer.steps) == 8
+    assert changed == [4, 7]  # steps 4 and 7 train with redraws 1 and 2; evaluations after
+    assert int(layer.steps) == 8  # (so evaluations after steps 3 and 6 see what they used)
     torch.testing.assert_close(layer.features, layer.draw(2), atol=0, rtol=0)
     # reproducible from the seed: a fresh layer (another seed) restored from the state dict
     torch.manual_seed(4)
@@ -160,11 +168,35 @@ def test_features_are_redrawn_every_interval_in_training_and_never_in_eval():
     torch.testing.assert_close(restored.eval()(q, k, v, causal=False),
                                layer.eval()(q, k, v, causal=False), atol=0, rtol=0)
     for module in (layer, restored):
-        for _ in range(2):  # after step 9: redraw 3; after step 10: none
-            module.train()(q, k, v, causal=True)
-            module.apply_pending_updates()
+        for _ in range(2):  # step 9: none due; step 10: redraw 3
+            train_step(module, q, k, v)
     torch.testing.assert_close(restored.features, layer.features, atol=0, rtol=0)
     torch.testing.assert_close(layer.features, layer.draw(3), atol=0, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no")
+def test_the_task_redraws_before_a_training_step_so_the_final_evaluation_scores_the_last_draw():
+    """Lightning, 4 steps, interval 2: step 3 trains with redraw 1; after step 4 no redraw (none
+    would be used), so the final evaluation scores the features the last step trained with."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from conftest import compose_config, seeded_model, seeded_tokens
+    from xformer_bench.tasks.lm import LanguageModelTask
+
+    overrides = ("attention=performer", "attention.redraw_interval=2", "attention.n_features=8",
+                 "model.d_model=16", "model.n_layers=1", "model.d_ff=16", "data.seq_len=8")
+    model = seeded_model(*overrides)
+    task = LanguageModelTask(model, compose_config(*overrides)["optim"], max_steps=4)
+    trainer = L.Trainer(max_steps=4, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, num_sanity_val_steps=0)
+    tokens = seeded_tokens(batch=16, length=9)
+    trainer.fit(task, train_dataloaders=DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]),
+                                                   batch_size=4))
+    [layer] = [m for m in model.modules() if hasattr(m, "before_training_step")]
+    assert int(layer.steps) == 4
+    torch.testing.assert_close(layer.features, layer.draw(1), atol=0, rtol=0)
 
 
 def test_random_features_are_orthogonal_blocks_with_gaussian_norms():

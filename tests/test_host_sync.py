@@ -4,7 +4,7 @@ On a GPU, ``.item()``, ``bool(t)``, ``.tolist()``, ``.cpu()``, ``nonzero``, bool
 indexing and other data-dependent shapes make the host wait for the device every step.  They
 are caught here on a CPU, at the ATen level (:mod:`host_syncs`), through one whole training
 step -- forward, loss, backward, the project's optimiser (``adamw_with_schedule``, as it runs
-on a GPU: fused) and ``apply_pending_updates`` as ``Task.optimizer_step`` calls it -- of the
+on a GPU: fused), ``prepare_training_step`` and ``apply_pending_updates`` as the Task calls them -- of the
 default model and of a model with each attention option (causal), each option's layer in
 bidirectional mode (with and without key padding) where it provides it, and of the training
 path itself: ``Task.training_step`` and the optimiser step in Lightning's loop, with its
@@ -28,7 +28,7 @@ from references import BOUNDARY_KWARGS, DECLARED_HOST_SYNCS
 from test_attention_zoo import OPTIONS, mixer
 from xformer_bench.config import CONF_DIR
 from xformer_bench.core.context import ForwardContext
-from xformer_bench.core.step_updates import apply_pending_updates
+from xformer_bench.core.step_updates import apply_pending_updates, prepare_training_step
 from xformer_bench.position import Position
 from xformer_bench.tasks.optimization import adamw_with_schedule
 
@@ -51,6 +51,7 @@ def recorded_step(module: torch.nn.Module, loss) -> list[tuple[str, str]]:
     optimizer, scheduler = as_on_a_gpu(built["optimizer"]), built["lr_scheduler"]["scheduler"]
 
     def step():
+        prepare_training_step(module)  # as Task.on_train_batch_start: Performer's redraw
         loss().backward()
         optimizer.step()
         scheduler.step()

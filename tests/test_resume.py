@@ -47,22 +47,26 @@ def _signal_at(monkeypatch, step: int, signum: int = signal.SIGTERM) -> None:
     monkeypatch.setattr(Throughput, "on_train_batch_end", on_train_batch_end)
 
 
-@pytest.mark.parametrize("step,point", [(5, 5), (8, 6)])  # 8: a validation follows
+@pytest.mark.parametrize("step,point,extra", [
+    (5, 5, ()), (8, 6, ()),  # 8: a validation follows
+    # Performer, redraws before steps 5, 9, 13: resumed from step 4's point, an interval's end
+    (8, 4, ("attention=performer", "attention.redraw_interval=4", "attention.n_features=8",
+            "trainer.checkpoint_every=4"))])
 def test_a_terminated_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, step,
-                                                              point):
-    straight = run_tiny(tmp_path / "straight", *AUTO)
+                                                              point, extra):
+    straight = run_tiny(tmp_path / "straight", *AUTO, *extra)
     assert straight["status"] == "finished" and straight["resumed_from"] is None
     assert _points(tmp_path / "straight") == []  # a finished run's resume points are removed
 
     with monkeypatch.context() as patch:
         _signal_at(patch, step)
         with pytest.raises(RunInterrupted, match=f"SIGTERM at step {step}"):
-            run_tiny(tmp_path / "cut", *AUTO)
+            run_tiny(tmp_path / "cut", *AUTO, *extra)
     [path] = (tmp_path / "cut" / "results" / "default").glob("*.json")
     assert json.loads(path.read_text())["status"] == "interrupted"
     assert _points(tmp_path / "cut")[-1].name == f"step-{point:08d}.ckpt"
 
-    resumed = run_tiny(tmp_path / "cut", *AUTO)
+    resumed = run_tiny(tmp_path / "cut", *AUTO, *extra)
     assert resumed["status"] == "finished" and resumed["resumed_from"].endswith(
         f"step-{point:08d}.ckpt")
     assert {k: resumed[k] for k in SAME} == {k: straight[k] for k in SAME}

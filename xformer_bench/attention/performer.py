@@ -23,16 +23,22 @@ sums of :func:`~xformer_bench.attention._ops.feature_maps.feature_attention`, sh
   d-dimensional Gaussian vector, so every row is marginally N(0, I_d) (the authors'
   ``GaussianOrthogonalRandomMatrix``, scaling=0).  One (m, Dh) matrix per layer, shared by
   its heads, as there.
-* **Redrawing** (the paper redraws the features periodically in training): the
-  features are redrawn every ``redraw_interval`` optimiser steps (counted in the buffer
-  ``steps`` by ``apply_pending_updates``, after the step, :mod:`xformer_bench.core.step_updates`;
-  performer-pytorch counts training forward calls, the same without gradient accumulation),
-  never in evaluation.  The forward itself reads no host counter: activation checkpointing's
+* **Redrawing** (the paper redraws the features periodically in training): the features
+  are redrawn every ``redraw_interval`` optimiser steps, before the first training step that
+  uses them (``before_training_step``, :func:`~xformer_bench.core.step_updates.prepare_training_step`;
+  steps counted in the buffer ``steps`` by ``apply_pending_updates`` after each step), as
+  performer-pytorch redraws at the start of a training forward; never in evaluation.  So an
+  evaluation after step N uses the features step N trained with: redrawn right after step
+  N = k x interval, a validation there (and a final one when max_steps is a multiple of the
+  interval) would score a draw no step had used (systems_lm's Performer at 2,000 steps:
+  1.1-1.8 bpb worse at steps 1,000 and 2,000, recovered by step 1,250).  The forward itself reads no host counter: activation checkpointing's
   replay and the reversible stack's recompute see the same features, and ``torch.compile``
-  compiles it once (a Python step counter read in the forward recompiled it every step).  Draw n is a function of (``seed``, n) only -- a
-  CPU ``torch.Generator`` seeded with both -- and ``seed`` is drawn from torch's generator
-  when the layer is built (reproducible from ``torch.manual_seed``, distinct per layer) and
-  stored as a buffer, so a restored checkpoint evaluates with exactly its features.
+  compiles it once (a Python step counter read in the forward recompiled it every step).  Draw
+  n is a function of (``seed``, n) only -- a CPU ``torch.Generator`` seeded with both -- and
+  ``seed`` is drawn from torch's generator when the layer is built (reproducible from
+  ``torch.manual_seed``, distinct per layer) and stored as a buffer with the features and the
+  step count, so a restored checkpoint evaluates with exactly its features and trains on with
+  the draw its step count is due.
 
 ``n_features`` m = 256, the paper's experimental setting; its uniform-convergence result
 (section 3) asks m = Theta(d log d), 266 at Dh = 64.  ``redraw_interval`` 1000 is not stated
@@ -106,12 +112,13 @@ class PerformerAttention(AttentionKernel):
         self.register_buffer("seed", seed)
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))  # training calls
         self._seed, self._steps = int(seed), 0  # host copies: no device sync per forward
+        self._drawn: int | None = 0  # the draw in ``features``; None: as restored, re-derived
         self.register_buffer("features", self.draw(0))  # (m, Dh)
         self.register_load_state_dict_post_hook(PerformerAttention._read_counters)
 
     @staticmethod
     def _read_counters(module: PerformerAttention, incompatible_keys) -> None:
-        module._seed, module._steps = int(module.seed), int(module.steps)
+        module._seed, module._steps, module._drawn = int(module.seed), int(module.steps), None
 
     def draw(self, n: int) -> torch.Tensor:
         """The features of redraw ``n``: a function of (seed, n) only."""
@@ -119,14 +126,19 @@ class PerformerAttention(AttentionKernel):
         return orthogonal_gaussian(self.n_features, self.head_dim, generator)
 
     def apply_pending_updates(self) -> None:
-        """Count a training step and redraw every ``redraw_interval`` of them (called after the
-        optimiser step, :mod:`xformer_bench.core.step_updates`)."""
-        if not self.training:
-            return
-        self._steps += 1
-        self.steps.fill_(self._steps)
-        if self._steps % self.redraw_interval == 0:
-            self.features.copy_(self.draw(self._steps // self.redraw_interval))
+        """Count a training step (called after the optimiser step,
+        :mod:`xformer_bench.core.step_updates`)."""
+        if self.training:
+            self._steps += 1
+            self.steps.fill_(self._steps)
+
+    def before_training_step(self) -> None:
+        """Redraw when ``redraw_interval`` more steps have been counted since the draw in use
+        (called before each training batch)."""
+        due = self._steps // self.redraw_interval
+        if due != self._drawn:  # a restored layer draws its due features again: the same
+            self.features.copy_(self.draw(due))
+            self._drawn = due
 
     def extra_repr(self) -> str:
         return (f"kernel={self.kernel}, n_features={self.n_features}, "

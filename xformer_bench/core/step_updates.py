@@ -8,6 +8,11 @@ records its statistics in forward, except in that replay (:func:`recomputing`), 
 ``apply_pending_updates()``; the training loop calls :func:`apply_pending_updates` on the model
 after each optimiser step (``Task.optimizer_step``; a hand-written loop calls it likewise), so
 the forwards of one step (gradient accumulation) pool into one update.
+
+State that changes what the *next* step computes, but must not change what an evaluation after
+this step sees (Performer's redrawn features), is applied before the next training step instead:
+a part defines ``before_training_step()`` and the loop calls :func:`prepare_training_step`
+before each training batch (``Task.on_train_batch_start``).
 """
 
 from __future__ import annotations
@@ -31,3 +36,12 @@ def apply_pending_updates(model: nn.Module) -> None:
         update = getattr(module, "apply_pending_updates", None)
         if callable(update):
             update()
+
+
+def prepare_training_step(model: nn.Module) -> None:
+    """Apply what every submodule with a ``before_training_step()`` has due before the next
+    training forward (idempotent: each micro-batch of an accumulated step may call it)."""
+    for module in model.modules():
+        prepare = getattr(module, "before_training_step", None)
+        if callable(prepare):
+            prepare()

@@ -19,7 +19,7 @@ forward records a :class:`Replay`: the CPU (and CUDA) RNG state, as ``torch.util
 does with ``preserve_rng_state`` (dropout, LSH's random rotations, Gumbel noise draw the same
 numbers), the autocast state, and the state of the block's modules -- its buffers and plain
 number attributes -- because some parts change themselves in a training forward (PowerNorm's
-running statistic, Performer's redraw counter; routing attention records its k-means
+running statistic; routing attention records its k-means
 statistics outside any backward replay and moves its centroids after the optimiser step,
 :mod:`xformer_bench.core.step_updates`).  The
 recompute runs from that state in a forked RNG and the block's state is put back afterwards:

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from torchmetrics import SumMetric
 
-from xformer_bench.core.step_updates import apply_pending_updates
+from xformer_bench.core.step_updates import apply_pending_updates, prepare_training_step
 from xformer_bench.tasks.optimization import (adamw_with_schedule, check_finite,
                                                check_optimization)
 from xformer_bench.training.log_steps import logs_this_step, shows_progress
@@ -100,6 +100,9 @@ class Task(L.LightningModule):
                                                        gradient_clip_algorithm)
         torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups
                                         for p in group["params"]], gradient_clip_val)
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        prepare_training_step(self.model)  # state due before this step (Performer's redraw)
 
     def optimizer_step(self, *args, **kwargs) -> None:
         super().optimizer_step(*args, **kwargs)
