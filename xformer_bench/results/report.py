@@ -14,6 +14,7 @@ from xformer_bench.results.aggregate import build_table
 from xformer_bench.results.collect import collect
 from xformer_bench.results.ladder_render import write_ladder_tables
 from xformer_bench.results.ladder_table import study_rows
+from xformer_bench.results.late_rise import summary_line as late_rise_line
 from xformer_bench.results.same_computation import summary_line as same_computation_line
 from xformer_bench.results.setups import Study, split_studies
 from xformer_bench.results.speed import load_timings, with_calibration
@@ -178,10 +179,11 @@ def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
     elif study.apart:  # the table says why it is not the experiment's
         table = replace(table, summary=(f"Not in the {experiment} table: {study.apart}.",
                                         *table.summary))
-    same = same_computation_line(variants)  # rows that are one model under two names
-    if same:
-        log(f"warning: {study.name}: {same}")
-        table = replace(table, summary=(*table.summary, same))
+    for line in (same_computation_line(variants),  # rows that are one model under two names
+                 late_rise_line(variants)):  # rows whose final number is not their training's
+        if line:
+            log(f"warning: {study.name}: {line}")
+            table = replace(table, summary=(*table.summary, line))
     for row in table.rows:  # one line per row that differs in what the study did not declare
         line = confounds.warning(study.name, row.label, list(row.differences))
         if line:

@@ -1,0 +1,50 @@
+"""Rows whose last validation is well above an earlier one (:mod:`xformer_bench.results.late_rise`):
+found from the records' curves and named under the table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_same_computation import composed, record_of
+from xformer_bench.results.late_rise import RISE, Rise, late_rise
+
+
+def curve(*losses: float, every: int = 250) -> list[dict]:
+    return [{"step": every * (i + 1), "val/loss": loss} for i, loss in enumerate(losses)]
+
+
+@pytest.mark.parametrize("losses,expected", [
+    ((2.2, 1.61, 1.60, 2.87), Rise(2.87, 1000, 1.60, 750)),  # Performer's redraw before the end
+    ((2.2, 1.61, 1.60, 1.60 * (1 + RISE) * 1.001), Rise(1.60 * (1 + RISE) * 1.001, 1000, 1.60, 750)),
+    ((2.2, 1.61, 1.60, 1.60 * (1 + RISE) * 0.999), None),  # within 5 %: noise, overfitting's start
+    ((2.2, 1.9, 1.7, 1.5), None),  # still falling
+    ((1.5,), None),  # one validation: nothing to compare
+])
+def test_a_run_has_risen_when_its_last_loss_is_5_percent_above_its_lowest(losses, expected):
+    record = {"history": curve(*losses)[::-1]}  # the order of the points does not matter
+    assert late_rise(record) == expected
+
+
+def test_the_table_names_the_row_that_rose_and_not_the_one_that_did_not(tmp_path):
+    from xformer_bench.results.report import make_tables
+
+    folder = tmp_path / "results" / "one_model_fixture"
+    folder.mkdir(parents=True)
+    rows = composed({"Untied embeddings", "Tied encoder/decoder input embeddings"})
+    for label, config in rows:
+        for seed in (0, 1):
+            record = record_of(config, seed)
+            rose = label == "Untied embeddings" and seed == 1
+            record["history"] = curve(2.4, 1.9, 1.7, 2.4 if rose else 1.6)
+            (folder / f"{record['run_id']}.json").write_text(json.dumps(record))
+    lines: list[str] = []
+    written = make_tables(tmp_path / "results", tmp_path / "tables", plots=False,
+                          log=lines.append)
+    said = ("Rose at the end (last validation loss more than 5% above an earlier one): Untied "
+            "embeddings (1 of 2 runs; at most 2.400 at step 1000 against 1.700 at step 750): the final "
+            "number is not where training had the model; read its curve.")
+    assert said in next(p for p in written if p.suffix == ".md").read_text()
+    assert "Rose at the end" in next(p for p in written if p.suffix == ".tex").read_text()
+    assert sum(said in line for line in lines) == 1 and not any("Tied encoder/decoder input embeddings (" in l for l in lines)
