@@ -3,11 +3,9 @@ found from the records' curves and named under the table."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from test_same_computation import composed, record_of
+from test_same_computation import PAIR, composed, record_of, tables_of
 from xformer_bench.results.late_rise import RISE, Rise, late_rise
 
 
@@ -28,23 +26,17 @@ def test_a_run_has_risen_when_its_last_loss_is_5_percent_above_its_lowest(losses
 
 
 def test_the_table_names_the_row_that_rose_and_not_the_one_that_did_not(tmp_path):
-    from xformer_bench.results.report import make_tables
-
-    folder = tmp_path / "results" / "one_model_fixture"
-    folder.mkdir(parents=True)
-    rows = composed({"Untied embeddings", "Tied encoder/decoder input embeddings"})
-    for label, config in rows:
+    records = []
+    for label, config in composed(PAIR):
         for seed in (0, 1):
-            record = record_of(config, seed)
+            records.append(record_of(config, seed))
             rose = label == "Untied embeddings" and seed == 1
-            record["history"] = curve(2.4, 1.9, 1.7, 2.4 if rose else 1.6)
-            (folder / f"{record['run_id']}.json").write_text(json.dumps(record))
-    lines: list[str] = []
-    written = make_tables(tmp_path / "results", tmp_path / "tables", plots=False,
-                          log=lines.append)
+            records[-1]["history"] = curve(2.4, 1.9, 1.7, 2.4 if rose else 1.6)
+    tables, lines = tables_of(tmp_path, records)
     said = ("Rose at the end (last validation loss more than 5% above an earlier one): Untied "
-            "embeddings (1 of 2 runs; at most 2.400 at step 1000 against 1.700 at step 750): the final "
-            "number is not where training had the model; read its curve.")
-    assert said in next(p for p in written if p.suffix == ".md").read_text()
-    assert "Rose at the end" in next(p for p in written if p.suffix == ".tex").read_text()
-    assert sum(said in line for line in lines) == 1 and not any("Tied encoder/decoder input embeddings (" in l for l in lines)
+            "embeddings (1 of 2 runs; at most 2.400 at step 1000 against 1.700 at step 750): "
+            "the final number is not where training had the model; read its curve.")
+    assert said in tables["one_model_fixture.md"]
+    assert "Rose at the end" in tables["one_model_fixture.tex"]
+    assert sum(said in line for line in lines) == 1
+    assert not any("Tied encoder/decoder input embeddings (" in line for line in lines)

@@ -91,23 +91,31 @@ def record_of(config: dict, seed: int) -> dict:
     return record
 
 
-def test_the_table_says_which_rows_are_one_model(tmp_path):
+PAIR = {"Untied embeddings", "Tied encoder/decoder input embeddings"}
+
+
+def tables_of(tmp_path, records) -> tuple[dict[str, str], list[str]]:
+    """({file name: text} of the tables ``make table`` writes for ``records``, its log lines)."""
     from xformer_bench.results.report import make_tables
 
     folder = tmp_path / "results" / "one_model_fixture"
     folder.mkdir(parents=True)
-    for _, config in composed({"Untied embeddings", "Tied encoder/decoder input embeddings"}):
-        for seed in (0, 1):
-            record = record_of(config, seed)
-            (folder / f"{record['run_id']}.json").write_text(json.dumps(record))
+    for record in records:
+        (folder / f"{record['run_id']}.json").write_text(json.dumps(record))
     lines: list[str] = []
     written = make_tables(tmp_path / "results", tmp_path / "tables", plots=False,
                           log=lines.append)
+    return {p.name: p.read_text() for p in written}, lines
+
+
+def test_the_table_says_which_rows_are_one_model(tmp_path):
+    tables, lines = tables_of(tmp_path, [record_of(config, seed)
+                                         for _, config in composed(PAIR) for seed in (0, 1)])
     said = ("One model under two names (configurations equal but for labels and keys this task "
             "does not read: any gap between them is run-to-run noise): Tied encoder/decoder "
             "input embeddings = Untied embeddings.")
-    assert said in next(p for p in written if p.suffix == ".md").read_text()
-    tex = next(p for p in written if p.suffix == ".tex").read_text()
+    assert said in tables["one_model_fixture.md"]
+    tex = tables["one_model_fixture.tex"]
     assert "One model under two names" in tex and "= Untied embeddings." in tex
     assert sum(said in line for line in lines) == 1
 
@@ -128,22 +136,17 @@ def test_the_dry_run_warns_before_anything_trains():
 def test_a_table_set_apart_keeps_its_reason_beside_the_one_model_line(tmp_path):
     """The pair also run at another budget from the command line: that table says both why it
     is apart and which rows are one model (one line once displaced the other)."""
-    from xformer_bench.results.report import make_tables
-
-    folder = tmp_path / "results" / "one_model_fixture"
-    folder.mkdir(parents=True)
-    for _, config in composed({"Untied embeddings", "Tied encoder/decoder input embeddings"}):
+    records = []
+    for _, config in composed(PAIR):
         for steps in (config["trainer"]["max_steps"], 7):
             shorter = {**config, "trainer": {**config["trainer"], "max_steps": steps}}
             for seed in (0, 1):
-                record = record_of(shorter, seed)
+                records.append(record_of(shorter, seed))
                 if steps == 7:
-                    record["overrides"].append("trainer.max_steps=7")
-                (folder / f"{record['run_id']}.json").write_text(json.dumps(record))
-    written = make_tables(tmp_path / "results", tmp_path / "tables", plots=False,
-                          log=lambda line: None)
-    apart = next(p for p in written if p.name == "one_model_fixture__max_steps_7.md").read_text()
+                    records[-1]["overrides"].append("trainer.max_steps=7")
+    tables, _ = tables_of(tmp_path, records)
+    apart = tables["one_model_fixture__max_steps_7.md"]
     assert "Not in the one_model_fixture table: a separate setup: 4 runs" in apart
     assert "One model under two names" in apart
-    main = next(p for p in written if p.name == "one_model_fixture.md").read_text()
+    main = tables["one_model_fixture.md"]
     assert "One model under two names" in main and "Not in the" not in main
