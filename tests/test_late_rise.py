@@ -40,3 +40,19 @@ def test_the_table_names_the_row_that_rose_and_not_the_one_that_did_not(tmp_path
     assert "Rose at the end" in tables["one_model_fixture.tex"]
     assert sum(said in line for line in lines) == 1
     assert not any("Tied encoder/decoder input embeddings (" in line for line in lines)
+
+
+def test_a_run_that_rose_says_so_after_its_final_line(capsys):
+    from xformer_bench.job import _report
+
+    record = record_of(composed({"Untied embeddings"})[0][1], 0) | {"record_path": "r.json",
+                                                                   "tokens_per_sec": 1.0}
+    for losses, warned in (((2.2, 1.6, 1.65), False), ((2.2, 1.6, 2.4), True)):
+        record["history"] = curve(*losses)
+        _report(record)
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith(f"[xbench] {record['run_id']}: final val bpb")
+        assert (out[2:] == ["[xbench] warning: the last validation loss (2.400, step 750) is "
+                            "50% above its lowest (1.600, step 500; more than 5%): read the "
+                            "curve before the final number"]) == warned
+        assert len(out) == 2 + warned

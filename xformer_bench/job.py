@@ -193,6 +193,7 @@ def _objective(record: dict) -> float | None:
 
 
 def _report(record: dict) -> None:
+    from xformer_bench.results.late_rise import RISE, late_rise
     from xformer_bench.results.record import primary_metric
 
     spec = primary_metric(record)
@@ -204,3 +205,9 @@ def _report(record: dict) -> None:
         f" | {record['steps_per_sec']:.2f} steps/s, {record['tokens_per_sec']:,.0f} tokens/s"
         f" | {record['params']:,} params\n[xbench] record: {record['record_path']}"
     )
+    rise = late_rise(record)
+    if rise is not None:  # the final number is not where training had the model
+        print(f"[xbench] warning: the last validation loss ({rise.last:.3f}, step "
+              f"{rise.last_step}) is {rise.last / rise.lowest - 1:.0%} above its lowest "
+              f"({rise.lowest:.3f}, step {rise.lowest_step}; more than {RISE:.0%}): "
+              f"read the curve before the final number")
