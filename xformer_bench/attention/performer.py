@@ -23,18 +23,19 @@ sums of :func:`~xformer_bench.attention._ops.feature_maps.feature_attention`, sh
   d-dimensional Gaussian vector, so every row is marginally N(0, I_d) (the authors'
   ``GaussianOrthogonalRandomMatrix``, scaling=0).  One (m, Dh) matrix per layer, shared by
   its heads, as there.
-* **Redrawing** (the paper redraws the features periodically in training): the features
-  are redrawn every ``redraw_interval`` optimiser steps, before the first training step that
-  uses them (``before_training_step``, :func:`~xformer_bench.core.step_updates.prepare_training_step`;
-  steps counted in the buffer ``steps`` by ``apply_pending_updates`` after each step), as
-  performer-pytorch redraws at the start of a training forward; never in evaluation.  So an
-  evaluation after step N uses the features step N trained with: redrawn right after step
-  N = k x interval, a validation there (and a final one when max_steps is a multiple of the
-  interval) would score a draw no step had used (systems_lm's Performer at 2,000 steps:
-  1.1-1.8 bpb worse at steps 1,000 and 2,000, recovered by step 1,250).  The forward itself reads no host counter: activation checkpointing's
+* **Redrawing** (the paper redraws the features periodically in training): the features are
+  redrawn every ``redraw_interval`` optimiser steps, before the first training step that uses
+  them (``before_training_step``, called by
+  :func:`~xformer_bench.core.step_updates.prepare_training_step`; steps counted in the buffer
+  ``steps`` by ``apply_pending_updates`` after each step), as performer-pytorch redraws at the
+  start of a training forward; never in evaluation. So an evaluation after step N uses the
+  features step N trained with: redrawn right after step N = k x interval, a validation there
+  (and a final one when max_steps is a multiple of the interval) would score a draw no step had
+  used (systems_lm's Performer at 2,000 steps: 1.1-1.8 bpb worse at steps 1,000 and 2,000,
+  recovered by step 1,250). The forward itself reads no host counter: activation checkpointing's
   replay and the reversible stack's recompute see the same features, and ``torch.compile``
-  compiles it once (a Python step counter read in the forward recompiled it every step).  Draw
-  n is a function of (``seed``, n) only -- a CPU ``torch.Generator`` seeded with both -- and
+  compiles it once (a Python step counter read in the forward recompiled it every step). Draw n
+  is a function of (``seed``, n) only -- a CPU ``torch.Generator`` seeded with both -- and
   ``seed`` is drawn from torch's generator when the layer is built (reproducible from
   ``torch.manual_seed``, distinct per layer) and stored as a buffer with the features and the
   step count, so a restored checkpoint evaluates with exactly its features and trains on with
