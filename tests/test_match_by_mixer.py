@@ -93,9 +93,37 @@ def test_the_confounds_name_the_mixer_width_the_match_changed():
     assert [d.text for d in found] == ["expand_v 0.6875 (default 2)"] and undeclared(found) == []
 
 
-def test_a_swept_presets_own_d_ff_is_still_not_a_confound():
-    """A row named by its model preset: its sizes, the re-solved d_ff too, are the row's."""
+def test_a_swept_presets_own_sizes_are_its_own_but_what_the_match_changed_is_named():
+    """A row named by its model preset: its own d_ff is the row's; a d_ff or d_model the match
+    re-solved is named against the baseline's (systems_lm's Universal Transformer, d_ff 2826,
+    and all-attention, d_model 84, were unnamed), declared by the match (never marked)."""
     base = _record(_matched("full"))
-    other = _record(_matched("retnet"))
-    other["choices"] = {**other["choices"], "model": "vanilla_b", "attention": "full"}
-    assert not [d for d in differences(other, base, named=["model"]) if d.name == "model.d_ff"]
+    own = _record(_matched("full"))
+    own["choices"] = {**own["choices"], "model": "vanilla_b"}
+    own["config"]["model"]["d_ff"] = 1024  # the preset's own width, left by the match
+    assert differences(own, base, named=["model"]) == []
+    re_solved = _record(_matched("retnet"))
+    re_solved["choices"] = {**re_solved["choices"], "model": "vanilla_b"}
+    d_ff = re_solved["config"]["model"]["d_ff"]
+    found = differences(re_solved, base, named=["model", "attention"])
+    assert [d.text for d in found] == [f"d_ff {d_ff} (baseline 256)"] and undeclared(found) == []
+    result = re_solved["config"]["match_params"]["result"]
+    result.update(d_model=48, d_model_default=64)
+    re_solved["config"]["model"]["d_model"] = 48
+    found = differences(re_solved, base, named=["model", "attention"])
+    assert [d.text for d in found] == ["d_model 48 (baseline 64)", f"d_ff {d_ff} (baseline 256)"]
+    assert undeclared(found) == []
+
+
+def test_a_d_model_the_match_re_solved_is_named_once_and_declared():
+    """A row named by its option (attention_zoo's persistent memory): a re-solved d_model was
+    listed as an undeclared ``model.d_model=72``; it is the match's, named once, declared.  A
+    d_model the match did not move stays an undeclared difference."""
+    base, row = (_record(_matched(a)) for a in ("full", "retnet"))
+    row["config"]["model"]["d_model"] = 48
+    found = differences(row, base, named=["attention"])
+    assert [d.text for d in found][0] == "model.d_model=48" and undeclared(found)
+    row["config"]["match_params"]["result"].update(d_model=48, d_model_default=64)
+    found = differences(row, base, named=["attention"])
+    assert [d.text for d in found][0] == "d_model 48 (baseline 64)" and undeclared(found) == []
+    assert len(found) == 2

@@ -11,10 +11,12 @@ or override; a confound is anything else in which its runs differ from the basel
   it: :func:`~xformer_bench.results.record.identity_config`) outside the nodes of the row's
   named groups and of the groups whose choice already differs, less :data:`IGNORED` (labels,
   names, seeds, paths, logging and machine plumbing).  The swept group's own node is the
-  option itself and never a confound, so a swept model preset's sizes are its own;
+  option itself and never a confound, so a swept model preset's own sizes are its own;
 * what parameter matching re-solved (``match_params``), named with the value it was measured
   against -- ``d_ff 259 (baseline 512)``: RetNet's feed-forward halved to make up for its wider
-  mixer; with ``by: mixer``, ``expand_v 0.6875 (default 2)`` -- and declared by the match (so
+  mixer; ``d_model 84 (baseline 128)``: the all-attention network narrowed to pay for its
+  persistent vectors, even in a row named by its model preset (the match, not the preset, set
+  it); with ``by: mixer``, ``expand_v 0.6875 (default 2)`` -- and declared by the match (so
   listed, never marked); the parameter check below says whether the match held;
 * a row named by a ``modification=`` bundle (Narang et al.'s rows that combine choices) is
   named by what the bundle sets as well (:func:`bundle_effects`);
@@ -138,13 +140,15 @@ def differences(record: dict[str, Any], base: dict[str, Any], named: Iterable[st
     skipped |= {"eval"} if all(protocols) else set()
     config, base_config = (flatten(identity_config(r["config"])) for r in (record, base))
     matched = record["config"].get("match_params") or {}
+    re_solved = _re_solved(matched)
     for key in sorted(set(config) | set(base_config)):
-        if (ignored_key(key, skipped) or key in named or (matched and key == "model.d_ff")
+        if (ignored_key(key, skipped) or key in named or key in re_solved
+                or (matched and key == "model.d_ff")
                 or value_text(config.get(key)) == value_text(base_config.get(key))):
             continue
         found.append(Difference(key, f"{key}={value_text(config.get(key))}"))
     if matched:
-        found += _matched_widths(config, base_config, matched, skipped | named)
+        found += _matched_widths(config, base_config, matched, skipped | named, re_solved)
     found += _parameter_gap(record, base, matched)
     if protocols[0] != protocols[1] and any(protocols):
         unit = str(record.get("eval_unit") or "bytes")
@@ -153,18 +157,35 @@ def differences(record: dict[str, Any], base: dict[str, Any], named: Iterable[st
     return [Difference(d.name, d.text, d.allowed or _allowed(d.name, allowed)) for d in found]
 
 
-def _matched_widths(config: dict[str, Any], base_config: dict[str, Any], matched: Any,
-                    own: set[str]) -> list[Difference]:
-    """What ``match_params`` re-solved, where it differs: model.d_ff from the baseline row's
-    (unless ``own``, the row's name, holds it: a swept preset's sizes are its own), the
-    mixer's width (``by: mixer``) from its option's default."""
-    found = []
-    d_ff, base_d_ff = config.get("model.d_ff"), base_config.get("model.d_ff")
-    if own.isdisjoint({"model", "model.d_ff"}) and value_text(d_ff) != value_text(base_d_ff):
-        found.append(Difference("model.d_ff", f"d_ff {value_text(d_ff)} (baseline "
-                                              f"{value_text(base_d_ff)})", allowed=True))
+def _match_result(matched: Any) -> Mapping[str, Any]:
     result = matched.get("result") if isinstance(matched, Mapping) else None
-    key = (result or {}).get("width")
+    return result if isinstance(result, Mapping) else {}
+
+
+def _re_solved(matched: Any) -> set[str]:
+    """The model widths the match moved from the value the row's configuration gave them
+    (``result["d_ff"]`` against ``result["d_ff_default"]``): ``{"model.d_model"}``."""
+    result = _match_result(matched)
+    return {f"model.{k}" for k in ("d_model", "d_ff")
+            if k in result and value_text(result[k]) != value_text(result.get(f"{k}_default"))}
+
+
+def _matched_widths(config: dict[str, Any], base_config: dict[str, Any], matched: Any,
+                    own: set[str], re_solved: set[str]) -> list[Difference]:
+    """What ``match_params`` re-solved, where it differs from the baseline row's: model.d_model
+    and model.d_ff (d_ff wherever it differs, unless ``own``, the row's name, holds it and the
+    match left it there: a swept preset's own sizes are its own), and the mixer's width
+    (``by: mixer``) from its option's default."""
+    found = []
+    for key in ("model.d_model", "model.d_ff"):
+        value, base_value = value_text(config.get(key)), value_text(base_config.get(key))
+        named_by_row = not own.isdisjoint({"model", key})
+        if value != base_value and key not in own and (
+                key in re_solved or (key == "model.d_ff" and not named_by_row)):
+            found.append(Difference(key, f"{key.split('.')[-1]} {value} (baseline {base_value})",
+                                    allowed=True))
+    result = _match_result(matched)
+    key = result.get("width")
     if key and value_text(config.get(key)) != value_text(result.get("width_default")):
         found.append(Difference(key, f"{key.split('.')[-1]} {value_text(config.get(key))} "
                                      f"(default {value_text(result['width_default'])})",
