@@ -19,7 +19,8 @@ from xformer_bench.config import choice_groups
 from xformer_bench.errors import ConfigError
 from xformer_bench.hardware import resolve_precision
 from xformer_bench.results.record import run_identity
-from xformer_bench.sample import load_model, locate, main
+from xformer_bench.run_weights import load_model, locate
+from xformer_bench.sample import main
 from xformer_bench.schema import check_config
 from xformer_bench.training import final_weights
 from xformer_bench.training.final_weights import AUTO_MAX_PARAMS, FILENAME, wanted
