@@ -119,6 +119,11 @@ CATALOGUE: dict[str, BadInput] = {
         ("data=text", "data.path={tmp}/short.txt"), "at least 40 bytes",
         _write("short.txt", b"hi\n" * 4)),
     "missing text file": BadInput(("data=text", "data.path={tmp}/nope.txt"), "no such file"),
+    "a folder as the text file": BadInput(("data=text", "data.path={tmp}"),
+                                          "is a folder: point it at one text file in it"),
+    "a file as the datasets' folder": BadInput(
+        ("data=enwik8", "paths.data_dir={tmp}/a_file"), "a_file is a file, not a folder; "
+        "choose the datasets' folder with paths.data_dir=", _write("a_file", b"not a folder")),
     "empty validation split": BadInput(
         ("data=text", "data.path={tmp}/corpus.txt", "data.splits=[1.0,0,0]"),
         "must be three positive fractions", _write("corpus.txt", b"some text " * 100)),

@@ -158,6 +158,18 @@ def test_an_older_record_without_the_key_or_with_its_file_gone_is_one_error_line
     assert f"kept no weights ({tmp_path / 'nowhere' / FILENAME} is missing)" in line
 
 
+def test_a_run_that_did_not_finish_says_so_not_how_to_keep_its_weights(kept, tmp_path, capsys):
+    """A diverged run's record once got "re-run it keeping them": it would diverge again."""
+    record, path, _ = kept
+    diverged = {k: v for k, v in json.loads(path.read_text()).items() if k != "weights_path"}
+    diverged |= {"status": "diverged", "error": "training loss is nan at step 1\nmore"}
+    (tmp_path / "diverged.json").write_text(json.dumps(diverged))
+    assert main([str(tmp_path / "diverged.json")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: run {record['run_id']} did not finish (status diverged: training "
+                    "loss is nan at step 1): it has no final weights to sample")
+
+
 def test_a_final_pt_that_is_not_one_is_one_error_line(tmp_path, capsys):
     torch.save({"state_dict": {}}, tmp_path / "final.pt")
     assert main([str(tmp_path / "final.pt")]) == 2

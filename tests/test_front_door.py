@@ -48,6 +48,32 @@ def test_xbench_with_no_arguments_trains_the_default_run_and_writes_its_record(
     assert shrunk["config"]["trainer"]["max_steps"] == 3
 
 
+@pytest.mark.parametrize("argv, note", [
+    (["experiment=smoke"], "[xbench] note: experiment=smoke sweeps 4 jobs; without -m this runs "
+                           "one (the study's defaults): add -m to run them all"),
+    (["experiment=narang_activations"], "sweeps 39 jobs"),  # sweep: behind ${sweep}
+    (["activation=relu"], None),
+])
+def test_a_study_run_without_m_says_it_runs_one_of_its_jobs(argv, note, tmp_path, monkeypatch,
+                                                            capsys):
+    """``xbench experiment=smoke`` ran one of its 4 jobs and said nothing (the study looked
+    done); the note comes before the job (here a stub: nothing trains)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    jobs = []
+    monkeypatch.setattr(cli, "run_job", lambda *args, **kwargs: jobs.append(args))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["xbench", *argv])
+    GlobalHydra.instance().clear()
+    try:
+        cli.main()
+    finally:
+        GlobalHydra.instance().clear()
+    notes = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
+    assert len(jobs) == 1
+    assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])
+
+
 def test_a_sweep_with_a_refused_job_counts_it_names_it_and_exits_non_zero(tmp_path):
     result = xbench("-m", *TINY_RUN, "trainer.max_steps=2", "attention=full,linformer",
                     cwd=tmp_path)

@@ -107,6 +107,7 @@ def test_every_value_just_outside_a_range_is_one_line_naming_key_and_range(base)
     "trainer.checkpoint_every=0", "trainer.val_checks=-1", "trainer.gradient_clip_val=-1",
     "optim.label_smoothing=1.5", "optim.betas=[0.9,1.5]", "model.dropout=1",
     "position=learned position.max_len=0", "data=imagenet data.flip=2",
+    "optim.lr=inf",  # once accepted: it trained, and its NaN loss was a "diverged" record
 ])
 def test_a_numeric_key_out_of_range_on_the_command_line_is_one_line(override):
     *choices, setting = override.split()
@@ -124,3 +125,12 @@ def test_end_to_end_exit_2_one_line_no_traceback_no_record(tmp_path):
     assert errors[0].startswith("error: trainer.accumulate_grad_batches=0 must be a positive "
                                 "integer")
     assert not (tmp_path / "results").exists() and not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".."])
+def test_an_experiment_name_that_is_not_one_folder_is_refused(name):
+    """``experiment_name=../escape`` once wrote its record outside ``paths.results_dir``."""
+    error = command_line_error([f"experiment_name={name}"])
+    assert error is not None and str(error).startswith(f"experiment_name={name} must be a "
+                                                       "folder name")
+    assert command_line_error(["experiment_name=my_compare"]) is None

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from xformer_bench.config import (CONF_DIR, add_user_conf, check_user_conf, register_user_conf,
                                   take_config_dirs)
 from xformer_bench.errors import ConfigError
-from xformer_bench.job import fail, print_traceback_if_debugging, run_job
+from xformer_bench.job import fail, note_an_unswept_study, print_traceback_if_debugging, run_job
 from xformer_bench.parallel_sweep import FLAG as WORKERS_FLAG
 from xformer_bench.parallel_sweep import run_workers, split_workers
 from xformer_bench.preflight import MULTIRUN_FLAGS, command_line_error, shown_only
@@ -28,9 +28,13 @@ def _main(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if not multirun:
+        note_an_unswept_study(OmegaConf.to_container(hydra_cfg.sweeper, resolve=True).get(
+            "params"), hydra_cfg.runtime.choices.get("experiment"))
     return run_job(OmegaConf.to_container(cfg, resolve=True), dict(hydra_cfg.runtime.choices),
                    list(hydra_cfg.overrides.task), Path(hydra_cfg.runtime.output_dir),
-                   multirun=hydra_cfg.mode == RunMode.MULTIRUN)
+                   multirun=multirun)
 
 
 def _missing_launcher(argv: list[str]) -> str | None:

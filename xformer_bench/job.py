@@ -35,6 +35,18 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     return objective
 
 
+def note_an_unswept_study(params: Any, experiment: str | None) -> None:
+    """``xbench experiment=smoke`` (no ``-m``) runs one job of a study whose sweep (Hydra's
+    ``sweeper.params``) has several: say so before it trains, rather than leave the study
+    looking done."""
+    jobs = 1
+    for values in (params or {}).values():
+        jobs *= len(values) if isinstance(values, (list, tuple)) else len(str(values).split(","))
+    if jobs > 1:
+        print(f"[xbench] note: experiment={experiment} sweeps {jobs} jobs; without -m this runs "
+              "one (the study's defaults): add -m to run them all", flush=True)
+
+
 def _stop_if_signalled() -> None:
     """A SIGTERM/SIGUSR1 held since an earlier job (:mod:`~.training.preemption`): the sweep
     ends here, before this job claims or trains anything."""

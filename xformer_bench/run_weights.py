@@ -48,6 +48,12 @@ def locate(path: Path) -> tuple[dict[str, Any], Path]:
     checkpoint = Path(record["run_dir"]) / "checkpoints" / "last.ckpt"
     if checkpoint.exists():
         return record, checkpoint
+    status = record.get("status", "finished")
+    if status != "finished":  # a diverged run re-run keeping its weights diverges again
+        why = str(record.get("error") or "").splitlines()[0:1]
+        raise SampleError(f"run {record.get('run_id', path.stem)} did not finish (status "
+                          f"{status}{': ' + why[0] if why else ''}): it has no final weights "
+                          "to sample")
     return record, kept_weights(record, path)
 
 

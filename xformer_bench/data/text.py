@@ -18,6 +18,8 @@ def build(*, seed: int, data_dir: str, seq_len: int, batch_size: int, path: str 
     if not path:
         raise ConfigError("data=text needs a file: add data.path=/path/to/corpus.txt")
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise ConfigError(f"data.path={path} is a folder: point it at one text file in it")
     if not file.is_file():
         raise MissingDataError(f"data.path={path}: no such file ({file.resolve()})")
     fractions = tuple(splits)

@@ -37,10 +37,17 @@ def written(config: Mapping[str, Any]) -> list[tuple[str, Path, str]]:
 
 
 def check_folders(config: Mapping[str, Any], run_dir: tuple[str, Path] | None = None) -> None:
-    """:class:`ConfigError` for the first folder the run could not write: its records, resume
-    points and (``(key, path)``, e.g. ``("hydra.run.dir", ...)``) its run directory."""
+    """:class:`ConfigError` for a datasets' folder (``paths.data_dir``) that is a file, and for
+    the first folder the run could not write: its records, resume points and (``(key, path)``,
+    e.g. ``("hydra.run.dir", ...)``) its run directory."""
     folders = written(config) + ([(run_dir[0], run_dir[1], "the run directory")]
                                  if run_dir else [])
+    data_dir = Path(str(config["paths"].get("data_dir") or "data"))
+    existing = next((p for p in (data_dir, *data_dir.parents) if p.exists()), Path("."))
+    if not existing.is_dir():  # the datasets' folder is read, and written by downloads
+        raise ConfigError(f"paths.data_dir={data_dir}: {existing} is a file, not a folder; "
+                          "choose the datasets' folder with paths.data_dir=... or "
+                          "$XBENCH_DATA_DIR")
     for key, folder, what in folders:
         reason = unwritable(folder)
         if reason is not None:

@@ -117,8 +117,8 @@ class Int(Key):
 
 @dataclass(frozen=True)
 class Float(Key):
-    """A number (an integer will do) in ``[lo, hi]``, an end excluded where ``open_lo`` /
-    ``open_hi``; never NaN (an open-ended range admits infinity)."""
+    """A finite number (an integer will do) in ``[lo, hi]``, an end excluded where ``open_lo``
+    / ``open_hi``; never NaN nor infinite (``optim.lr=inf`` trained to a NaN loss: refused)."""
 
     lo: float | None = None
     hi: float | None = None
@@ -126,7 +126,7 @@ class Float(Key):
     open_hi: bool = False
 
     def _accepts(self, value):
-        if not _number(value) or math.isnan(value):
+        if not _number(value) or not math.isfinite(value):
             return False
         above_lo = self.lo is None or (value > self.lo if self.open_lo else value >= self.lo)
         below_hi = self.hi is None or (value < self.hi if self.open_hi else value <= self.hi)
@@ -152,7 +152,7 @@ class Float(Key):
             edges += [self.lo if self.open_lo else self.lo - self._step(self.lo), -1]
         if self.hi is not None:
             edges.append(self.hi if self.open_hi else self.hi + self._step(self.hi))
-        return [*edges, NOT_A_NUMBER, float("nan"), True]
+        return [*edges, NOT_A_NUMBER, float("nan"), float("inf"), True]
 
     def _inside(self):
         values = []
@@ -218,6 +218,24 @@ class Text(Key):
 
     def _inside(self):
         return ["a_name"]
+
+
+@dataclass(frozen=True)
+class FolderName(Text):
+    """One folder's name (``experiment_name``): a string with no path separator, not empty, ``.``
+    or ``..`` -- ``../escape`` once put its records outside ``paths.results_dir``, where no
+    table reads them."""
+
+    def _accepts(self, value):
+        text = str(value) if _number(value) else value
+        return (isinstance(text, str) and text not in ("", ".", "..")
+                and not any(sep in text for sep in "/\\"))
+
+    def _allowed(self):
+        return "a folder name (no / or \\, not . or ..)"
+
+    def _outside(self):
+        return ["../escape", "a/b", "", *super()._outside()]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ the ``eval``, ``paths`` and ``optim`` nodes."""
 
 from __future__ import annotations
 
-from xformer_bench.schema.keys import Bool, Choice, Float, Int, Mapping, Node, Seq, Text
+from xformer_bench.schema.keys import Bool, Choice, Float, FolderName, Int, Mapping, Node, Seq, Text
 
 DECAYS = ("cosine", "linear", "constant", "inverse_sqrt")
 MATCH_BY = ("d_ff", "mixer")  # xformer_bench.models.param_match.BY (a test keeps them equal)
@@ -43,7 +43,7 @@ OPTIM = Node("the optimiser and its schedule", keys={  # the warm-up first: a ra
 
 TOP = {
     "seed": Int("seeds model init, data order and the synthetic corpus", 0, 2 ** 32 - 1),
-    "experiment_name": Text("names the results/<experiment_name>/ folder"),
+    "experiment_name": FolderName("names the results/<experiment_name>/ folder"),
     "resume": Text("auto: continue from this run's own last resume point; else a .ckpt of the "
                    "same configuration", null="a fresh start", computes=False),
     "skip_completed": Bool("a run whose finished record exists is not run again",
