@@ -67,15 +67,13 @@ def _quiet_libraries() -> None:
 
 def main() -> None:
     from xformer_bench.training.preemption import hold_signals
-    from xformer_bench.training.spawned_ranks import spawned_job
+    from xformer_bench.training.spawned_ranks import run_spawned_rank, spawned_job
 
     hold_signals()  # a signal before training starts still ends in a record and a clean stop
     _quiet_libraries()
     job = spawned_job()
     if job is not None:  # a DDP rank Lightning started: the parent's job, not a new one
-        from xformer_bench.run import execute
-
-        execute(**job)
+        run_spawned_rank(job)
         return
     problem = _missing_launcher(sys.argv[1:])
     if problem:

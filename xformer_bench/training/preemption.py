@@ -12,6 +12,13 @@ that validation again, whole.
 Outside training (data, model, the record, between a sweep's jobs) SIGTERM and SIGUSR1 are held
 (:func:`hold_signals`), not fatal: a run being set up stops as interrupted before its first step,
 and no later job of the sweep starts (:func:`held_signal`).
+
+Under DDP every rank stops at the same step: a handler only notes the signal, and at each
+step's end (and each validation batch's) the ranks agree on whether any received one (a MAX
+all-reduce of the signal number over a CPU (gloo) group: no device synchronisation).
+Lightning's own SIGTERM handler is replaced once training starts: it broadcasts inside the
+handler, so a rank signalled twice (by its process group and by rank 0 forwarding it) waited
+forever on a broadcast no other rank made, and ranks signalled at different steps parted.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
+import torch
+import torch.distributed as dist
 
 from xformer_bench.errors import XbenchError
 
@@ -98,6 +107,7 @@ class Preemption(L.Callback):
         self.save, self.validates_at, self.auto = save, validates_at, auto
         self.received: int | None = None
         self._previous: dict[int, object] = {}
+        self._group = None  # the ranks' CPU group for agreeing on a stop (DDP only)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -108,8 +118,26 @@ class Preemption(L.Callback):
         self.received = _held  # one that came while the run was being set up
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if self.received is not None:  # stop before the first step: nothing new to save
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:  # Lightning composed its handler with ours since fit start
+                signal.signal(signum, self._handle)
+        if self._distributed(trainer) and dist.get_backend() != "gloo":
+            self._group = dist.new_group(backend="gloo")  # every rank, here, in step
+        if self._agreed(trainer) is not None:  # stop before the first step: nothing to save
             self._stop(trainer, None)
+
+    @staticmethod
+    def _distributed(trainer) -> bool:
+        return trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+    def _agreed(self, trainer) -> int | None:
+        """The signal any rank received, the same answer on every rank (one process: its own)."""
+        if not self._distributed(trainer):
+            return self.received
+        flag = torch.tensor([self.received or 0], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
+        self.received = int(flag.item()) or None
+        return self.received
 
     def _handle(self, signum: int, frame) -> None:
         if signum == signal.SIGINT and self.received is not None:
@@ -117,13 +145,13 @@ class Preemption(L.Callback):
         self.received = signum
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.received is None or (batch_idx + 1) % trainer.accumulate_grad_batches:
+        if (batch_idx + 1) % trainer.accumulate_grad_batches or self._agreed(trainer) is None:
             return
         # Before a validation, stop without a point: one saved here would resume after it.
         self._stop(trainer, None if self.validates_at(trainer.global_step) else self.save(trainer))
 
     def on_validation_batch_end(self, trainer, pl_module, *args) -> None:
-        if self.received is not None and not trainer.sanity_checking:
+        if not trainer.sanity_checking and self._agreed(trainer) is not None:
             self._stop(trainer, None)
 
     def _stop(self, trainer, path: Path | None) -> None:

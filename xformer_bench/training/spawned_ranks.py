@@ -54,3 +54,17 @@ def spawned_job() -> dict[str, Any] | None:
     job = json.loads(os.environ[ENV_VAR])
     job["run_dir"] = Path(job["run_dir"])
     return job
+
+
+def run_spawned_rank(job: dict[str, Any]) -> None:
+    """This rank's share of the parent's job.  A stop on a signal is rank 0's to record and
+    report (every rank stops at the same step: :mod:`.preemption`); here it ends quietly with
+    status 0 -- Lightning's child observer SIGKILLs rank 0 when a child exits non-zero, which
+    could cut its record short."""
+    from xformer_bench.run import execute
+    from xformer_bench.training.preemption import RunInterrupted
+
+    try:
+        execute(**job)
+    except RunInterrupted:
+        pass
