@@ -63,3 +63,12 @@ def test_missing_enwik8_offline_is_one_line_and_fast(tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "enwik8.zip" in errors[0] and str(tmp_path / "data") in errors[0]
     assert "Traceback" not in result.stderr
+
+
+def test_a_run_too_short_to_time_says_so_instead_of_nan():
+    from xformer_bench.job import _speed
+
+    assert _speed({"steps_per_sec": float("nan"), "tokens_per_sec": float("nan")}) == \
+        "steps/s not timed (the first step is warm-up)"
+    assert _speed({"steps_per_sec": 5.6, "tokens_per_sec": 11469.0}) == \
+        "5.60 steps/s, 11,469 tokens/s"

@@ -35,6 +35,15 @@ def run_job(config: dict[str, Any], choices: dict[str, str], overrides: list[str
     return objective
 
 
+def _speed(record: dict[str, Any]) -> str:
+    """'5.60 steps/s, 11,469 tokens/s'; a run of one timed step or none (the first is warm-up,
+    not timed: :mod:`~.training.throughput`) says so rather than print nan."""
+    rate = record.get("steps_per_sec")
+    if not isinstance(rate, (int, float)) or rate != rate:
+        return "steps/s not timed (the first step is warm-up)"
+    return f"{rate:.2f} steps/s, {record['tokens_per_sec']:,.0f} tokens/s"
+
+
 def note_an_unswept_study(params: Any, experiment: str | None) -> None:
     """``xbench experiment=smoke`` (no ``-m``) runs one job of a study whose sweep (Hydra's
     ``sweeper.params``) has several: say so before it trains, rather than leave the study
@@ -214,7 +223,7 @@ def _report(record: dict) -> None:
         f"[xbench] {record['run_id']}: final val {spec.name} "
         f"{final.get(spec.key('val'), float('nan')):.4f}"
         f" | test {spec.name} {test.get(spec.key('test'), float('nan')):.4f}"
-        f" | {record['steps_per_sec']:.2f} steps/s, {record['tokens_per_sec']:,.0f} tokens/s"
+        f" | {_speed(record)}"
         f" | {record['params']:,} params\n[xbench] record: {record['record_path']}"
     )
     rise = late_rise(record)
