@@ -53,7 +53,7 @@ def test_same_seed_gives_identical_losses_and_another_seed_does_not(tmp_path):
 
 def test_a_diverging_run_is_recorded_as_diverged(tmp_path):
     with pytest.raises(DivergedError, match="training loss is nan"):
-        run_tiny(tmp_path, "optim.lr=inf", "trainer.gradient_clip_val=0")
+        run_tiny(tmp_path, "optim.lr=1e30", "trainer.gradient_clip_val=0")
     [path] = (tmp_path / "results" / "default").glob("*.json")
     record = json.loads(path.read_text())
     assert record["status"] == "diverged" and "nan" in record["error"]
