@@ -35,12 +35,13 @@ def note(table: LadderTable) -> str:
     direction = "higher" if spec.higher_is_better else "lower"
     total = "not yet measured" if table.total is None else f"{table.total:.{digits}f}"
     steps = len(table.steps) - 1
+    counted = f"{steps} steps" if steps != 1 else "1 step"
     return (f"{table.system} against {table.baseline}, one change at a time: total gain "
             f"{total} {table.metric.title} ({direction} is better); Gain: each rung's gain "
             f"over the rung above; Share: its part of the total gain (the shares sum to "
             f"100 %); mean ± std (sample) over finished seeds; p: Welch's t-test against the "
             f"rung above over seeds, uncorrected; †: significant after Holm-Bonferroni "
-            f"correction over the ladder's {steps} steps (family-wise p < {ALPHA}), never "
+            f"correction over the ladder's {counted} (family-wise p < {ALPHA}), never "
             f"when the step is below the rung above's seed-to-seed std; —: not measured.")
 
 
