@@ -138,7 +138,7 @@ def _claimed_job(config: dict[str, Any], choices: dict[str, str], overrides: lis
                    f"traceback: {_save_traceback(run_dir)}"]
     else:
         _report(record)
-        return "finished", "", _objective(record)
+        return ("resumed" if record.get("resumed_from") else "finished"), "", _objective(record)
     fail(status, message, details, multirun)
     return ("failed" if details else "refused"), message, None
 

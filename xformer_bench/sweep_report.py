@@ -16,11 +16,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-KINDS = ("finished", "skipped", "worker", "elsewhere", "refused", "failed", "interrupted")
-"""A job's outcome: trained and recorded; skipped as already finished (``skip_completed``);
-left to another worker of the same ``--workers`` sweep; left to another process that holds its
-claim; refused before training (one ``error:`` line); failed while training (its record says
-how); stopped by a signal."""
+KINDS = ("finished", "resumed", "skipped", "worker", "elsewhere", "refused", "failed",
+         "interrupted")
+"""A job's outcome: trained and recorded; trained from an earlier attempt's resume point and
+recorded (its time is a part of a run's: the estimate leaves it out); skipped as already
+finished (``skip_completed``); left to another worker of the same ``--workers`` sweep; left to
+another process that holds its claim; refused before training (one ``error:`` line); failed
+while training (its record says how); stopped by a signal."""
 SHOWN_AS = {"worker": "with the other workers"}
 """How a kind reads in the summary's counts, where its name alone would not."""
 FAILING = ("refused", "failed", "interrupted")
@@ -50,7 +52,8 @@ class SweepReport:
 
     def job_starts(self, overrides: list[str]) -> None:
         """``[xbench] job k/N (elapsed, ~left): key=value ...`` -- the keys the sweep varies;
-        the estimate from the jobs that trained (a skipped job takes no time), the jobs left
+        the estimate from the jobs that trained whole (a skipped job takes no time, a resumed
+        one only its rest), the jobs left
         shared among the sweep's workers (``--workers N``: each runs about 1/N of them)."""
         from xformer_bench.training.timing_conditions import parallel_jobs
 
@@ -88,7 +91,7 @@ class SweepReport:
         return lines
 
     def exit_status(self) -> int:
-        """0 when every job finished or was skipped as finished, else the first failing kind's
+        """0 when every job finished (resumed or not) or was skipped as finished, else the first failing kind's
         status (:data:`EXIT_STATUS`)."""
         for job in self.jobs:
             if job.kind in FAILING:
