@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+
+import pytest
 
 from conftest import TINY_RUN
 from conftest import xbench as _xbench
@@ -15,6 +19,20 @@ def test_help_lists_every_group_and_its_options(tmp_path):
                  "logger: csv, none", "trainer: default"):
         assert line.split(":")[0] + ":" in out and line.split(": ")[1].split(",")[0] in out
     assert "model.d_model" in out
+
+
+@pytest.mark.parametrize("argument", ["--help", "attention=nope"])
+def test_help_and_a_bad_override_answer_without_torch(tmp_path, argument):
+    """``xbench --help`` and a one-line ``error:`` come before torch and Lightning are imported
+    (about 5 s of a 2-core CPU's time): the signal handlers installed first must not pull them
+    in."""
+    code = (f"import sys; sys.argv = ['xbench', {argument!r}]\n"
+            "from xformer_bench.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted({'torch', 'lightning'} & set(sys.modules)), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr[-2000:]
 
 
 def test_cfg_job_prints_the_composed_config(tmp_path):

@@ -17,8 +17,8 @@ import xformer_bench.run as run_module
 from conftest import TINY_RUN, XBENCH, compose_config, run_tiny
 from xformer_bench.config import choice_groups
 from xformer_bench.job import run_job
-from xformer_bench.training.preemption import (RunInterrupted, hold_signals, held_signal,
-                                               release_held_signal)
+from xformer_bench.training.held_signals import hold_signals, held_signal, release_held_signal
+from xformer_bench.training.preemption import RunInterrupted
 
 
 @pytest.fixture

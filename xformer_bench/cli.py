@@ -66,7 +66,7 @@ def _quiet_libraries() -> None:
 
 
 def main() -> None:
-    from xformer_bench.training.preemption import hold_signals
+    from xformer_bench.training.held_signals import hold_signals
     from xformer_bench.training.spawned_ranks import run_spawned_rank, spawned_job
 
     hold_signals()  # a signal before training starts still ends in a record and a clean stop

@@ -61,7 +61,7 @@ def _stop_if_signalled() -> None:
     ends here, before this job claims or trains anything."""
     import signal
 
-    from xformer_bench.training.preemption import held_signal
+    from xformer_bench.training.held_signals import held_signal
 
     held = held_signal()
     if held is not None:

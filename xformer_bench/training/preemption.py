@@ -9,9 +9,9 @@ validation, or in the step before one, stops without a new point (one saved befo
 validation would resume after it): the run continues from its last resume point and runs
 that validation again, whole.
 
-Outside training (data, model, the record, between a sweep's jobs) SIGTERM and SIGUSR1 are held
-(:func:`hold_signals`), not fatal: a run being set up stops as interrupted before its first step,
-and no later job of the sweep starts (:func:`held_signal`).
+Outside training (data, model, the record, between a sweep's jobs) SIGTERM and SIGUSR1 are held,
+not fatal (:mod:`~xformer_bench.training.held_signals`): a run being set up stops as interrupted
+before its first step, and no later job of the sweep starts.
 
 Under DDP every rank stops at the same step: a handler only notes the signal, and at each
 step's end (and each validation batch's) the ranks agree on whether any received one (a MAX
@@ -35,34 +35,9 @@ import torch
 import torch.distributed as dist
 
 from xformer_bench.errors import XbenchError
+from xformer_bench.training.held_signals import held_signal
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-HELD = (signal.SIGTERM, signal.SIGUSR1)
-_held: int | None = None
-
-
-def hold_signals() -> None:
-    """From the process's start: remember SIGTERM/SIGUSR1 instead of dying of them, so a signal
-    during a job's set-up or between jobs still ends in a record and a clean stop."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in HELD:
-            signal.signal(signum, _hold)
-
-
-def _hold(signum: int, frame) -> None:
-    global _held
-    _held = signum
-
-
-def held_signal() -> int | None:
-    """The signal that arrived outside a run's training, if any (:func:`hold_signals`)."""
-    return _held
-
-
-def release_held_signal() -> None:
-    """Forget a held signal (a test's clean slate)."""
-    global _held
-    _held = None
 
 
 class RunInterrupted(XbenchError):
@@ -115,7 +90,7 @@ class Preemption(L.Callback):
         for signum in SIGNALS:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._handle)
-        self.received = _held  # one that came while the run was being set up
+        self.received = held_signal()  # one that came while the run was being set up
 
     def on_train_start(self, trainer, pl_module) -> None:
         if threading.current_thread() is threading.main_thread():
