@@ -61,8 +61,7 @@ def _run_at_once(command: list[str], shares: list[list[int]]) -> list[float]:
              "MKL_NUM_THREADS": str(len(share))},
         preexec_fn=lambda share=share: os.sched_setaffinity(0, share)) for share in shares]
     rates = []
-    for process in processes:
-        out, err = process.communicate()
+    for process, (out, err) in [(p, p.communicate()) for p in processes]:  # all end first
         if process.returncode != 0:
             last = (err.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"a probe ({' '.join(command[2:4])}) failed: {last}")
