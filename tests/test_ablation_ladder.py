@@ -145,6 +145,22 @@ def test_the_ladder_table_shows_each_rungs_gain_share_and_significance(tmp_path)
                                   "model=vanilla position=xl_relative,synthetic bpb,")
 
 
+def test_a_ladder_whose_preset_has_not_run_is_named_by_the_presets_label(tmp_path):
+    folder = tmp_path / "results" / "ablate"
+    folder.mkdir(parents=True)
+    chain = ladder("transformer_xl", study="ablate")
+    for rung, mean in zip(chain.rungs[:2], (2.439, 1.474)):  # vanilla and the first rung only
+        tag = chain.tag(rung) if rung.index else None
+        for seed in range(2):
+            rec = _record(rung.overrides, seed, mean + 0.01 * seed, tag)
+            (folder / f"{rec['run_id']}.json").write_text(json.dumps(rec))
+    make_tables(tmp_path / "results", tmp_path / "tables", plots=False, log=lambda line: None)
+    text = (tmp_path / "tables" / "ablate_ladders.md").read_text()
+    assert text.startswith("## ablate: ablation ladder of Transformer-XL\n")
+    assert ("Transformer-XL against Vanilla Transformer, one change at a time: total gain not "
+            "yet measured (lower is better)") in text
+
+
 def test_one_ladder_runs_end_to_end_with_each_rung_matched_and_tagged(tmp_path):
     result = xbench("-m", "experiment=ablate", "model=universal_transformer", *TINY_RUN,
                     "trainer.max_steps=4", cwd=tmp_path)

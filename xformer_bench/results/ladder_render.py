@@ -33,11 +33,12 @@ def _share(value: float | None) -> str:
 def note(table: LadderTable) -> str:
     digits, spec = table.metric.spec.digits, table.metric.spec
     direction = "higher" if spec.higher_is_better else "lower"
-    total = "not yet measured" if table.total is None else f"{table.total:.{digits}f}"
+    total = ("not yet measured" if table.total is None
+             else f"{table.total:.{digits}f} {table.metric.title}")
     steps = len(table.steps) - 1
     counted = f"{steps} steps" if steps != 1 else "1 step"
     return (f"{table.system} against {table.baseline}, one change at a time: total gain "
-            f"{total} {table.metric.title} ({direction} is better); Gain: each rung's gain "
+            f"{total} ({direction} is better); Gain: each rung's gain "
             f"over the rung above; Share: its part of the total gain (the shares sum to "
             f"100 %); mean ± std (sample) over finished seeds; p: Welch's t-test against the "
             f"rung above over seeds, uncorrected; †: significant after Holm-Bonferroni "

@@ -17,6 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from xformer_bench.config import find_config
 from xformer_bench.ladder import Ladder, Rung, comparable, composed, study_overrides
 from xformer_bench.results.aggregate import columns_for
 from xformer_bench.results.columns import AFTER_METRICS, metric_spec
@@ -123,9 +126,14 @@ def rung_variants(chain: Ladder, variants: list[Variant], study: str | None
     return chosen
 
 
-def _label(variant: Variant | None, fallback: str) -> str:
+def _label(variant: Variant | None, preset: str) -> str:
+    """The row name of the variant's model, else the preset's own ``label`` (a rung not run
+    yet), else its name."""
     node = variant.records[0]["config"].get("model") if variant else None
-    return str((node or {}).get("label") or fallback)
+    if not node:
+        path = find_config("model", preset)
+        node = OmegaConf.load(path).get("model") if path else None  # @package _global_
+    return str((node or {}).get("label") or preset)
 
 
 def ladder_table(experiment: str, chain: Ladder, variants: list[Variant],
