@@ -239,6 +239,12 @@ def test_memory_columns_show_measured_step_memory_and_gpu_peaks_only(found):
     assert table["Peak MiB"].mean == pytest.approx(np.mean(gpu))
     assert table["Step MiB"].mean == 12.5
     assert cells(table_of(records), "Sinusoidal")["Peak MiB"].mean is None
+    why = "Peak MiB: — where the runs trained on a CPU"
+    assert any(why in n for n in table_of(records).notes)  # the CPU rows' empty cells said
+    for record in records:
+        if record["peak_memory_kind"] == "cpu_peak_rss":
+            record.update(peak_memory_kind=None, peak_memory_mb=None)  # not measured
+    assert not any(why in n for n in table_of(records).notes)
 
 
 def test_tasks_side_by_side_take_titles_and_directions_from_their_specs(found):

@@ -183,6 +183,15 @@ DENSE_PERCENT = 95.0
 of such a row, :data:`xformer_bench.models.attended_pairs.DENSE`)."""
 
 
+def _peak_memory_caption(records: Runs, cells: list[Cell]) -> str:
+    """Why a row's Peak MiB is empty when it trained where a run's memory is not its own."""
+    if not any(r["status"] == "finished" and str(r.get("peak_memory_kind")).startswith("cpu")
+               for r in records):
+        return ""
+    return ("Peak MiB: — where the runs trained on a CPU (a process's resident set is not one "
+            "run's memory); Step MiB is measured on every device.")
+
+
 def _controls_caption(records: Runs, cells: list[Cell]) -> str:
     """The study's declared controls (``controls: {attention: [...]}``) that are full attention
     at its length: named, so their rows are read for quality, not for efficiency."""
@@ -213,7 +222,7 @@ BEFORE_METRICS = (
     ColumnSpec(Column("peak_memory", "Peak MiB", digits=0),
                lambda runs: measured(runs, _per_run_memory),
                lambda records: any(r.get("peak_memory_kind") in PER_RUN_MEMORY
-                                   for r in records)),
+                                   for r in records), _peak_memory_caption),
     ColumnSpec(Column("early_loss", "Early loss", digits=3, higher_is_better=False),
                lambda runs: measured(runs, _loss_at("early"))),
     ColumnSpec(Column("final_loss", "Final loss", digits=3, higher_is_better=False),
