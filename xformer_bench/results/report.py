@@ -16,6 +16,7 @@ from xformer_bench.results.ladder_render import write_ladder_tables
 from xformer_bench.results.ladder_table import study_rows
 from xformer_bench.results.late_rise import summary_line as late_rise_line
 from xformer_bench.results.same_computation import summary_line as same_computation_line
+from xformer_bench.results.same_numbers import summary_line as same_numbers_line
 from xformer_bench.results.setups import Study, split_studies
 from xformer_bench.results.speed import load_timings, with_calibration
 from xformer_bench.results.variants import group_variants, repeated_seeds
@@ -180,6 +181,7 @@ def _study_tables(experiment: str, study: Study, whole: bool, out_dir: Path,
         table = replace(table, summary=(f"Not in the {experiment} table: {study.apart}.",
                                         *table.summary))
     for line in (same_computation_line(variants),  # rows that are one model under two names
+                 same_numbers_line(variants),  # rows that computed the same numbers anyway
                  late_rise_line(variants)):  # rows whose final number is not their training's
         if line:
             log(f"warning: {study.name}: {line}")

@@ -60,14 +60,17 @@ def same_computation(variants: Sequence) -> list[list]:
     return [members for members in groups.values() if len(members) > 1]
 
 
+def equated(groups: Sequence[Sequence]) -> str:
+    """``A = B; C = D``: the rows of each group, by label."""
+    return "; ".join(" = ".join(v.label for v in members) for members in groups)
+
+
 def summary_line(variants: Sequence) -> str | None:
     """One line naming the rows that are one computation, or None when there are none."""
     groups = same_computation(variants)
-    if not groups:
-        return None
-    named = "; ".join(" = ".join(v.label for v in members) for members in groups)
     return (f"One model under two names (configurations equal but for labels and keys this "
-            f"task does not read: any gap between them is run-to-run noise): {named}.")
+            f"task does not read: any gap between them is run-to-run noise): {equated(groups)}."
+            if groups else None)
 
 
 @dataclass(frozen=True)
